@@ -1,0 +1,535 @@
+/*
+ * H200 benchmark of the CUDA decode kernels (issue 4), and the entry point
+ * of the conformance run.
+ *
+ *   rssm_h200_bench conform [--quick] [--seed N]
+ *   rssm_h200_bench bench --json FILE [--quick]
+ *
+ * Method (DESIGN §7): every timing replays a CUDA graph of whole steps, all
+ * layers, through rssm_cuda_launch_layer (the launches the library records).
+ * A replay measurement is one whole L-step ring cycle, flush included, with
+ * L distinct step headers prepared in device memory in advance; the packed
+ * baseline is L steps of the packed decode. Enough layers are stepped that
+ * at least 256 MiB of other state is touched between two visits of a slot
+ * (the L2 is 60 MB), inputs and state are random and non-zero, and the
+ * device-to-device copy bandwidth is measured in the same run. The time of
+ * a graph is the median of several event-timed replays after a warm-up.
+ *
+ * Reported per configuration: microseconds per step and layer, GB/s over the
+ * bytes the step must move (counted below), % of copy bandwidth, the
+ * replay/packed speed ratio, and per-position costs for uniform positions:
+ * an empty-ring step (n = 0), a full-ring step (n = L-2) and a flush step
+ * (n = L-1), each as its own graph of repeated steps.
+ */
+#include "bench_common.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <math.h>
+#include <string.h>
+#include <vector>
+
+namespace {
+
+/* Launch-shape overrides for tuning runs (0: the library's choice). */
+uint32_t g_warps = 0, g_stages = 0;
+
+__global__ void fill_random(uint8_t *p, size_t n, int kind, uint64_t seed, float lo, float hi)
+{
+    /* kind 0: fp32, 1: fp16, 2: bf16 */
+    const size_t elem = kind == 0 ? 4 : 2;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n / elem; i += (size_t)gridDim.x * blockDim.x) {
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull + seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const float u = lo + (hi - lo) * (float)(z >> 40) * (1.0f / 16777216.0f);
+        if (kind == 0)
+            reinterpret_cast<float *>(p)[i] = u;
+        else if (kind == 1)
+            reinterpret_cast<__half *>(p)[i] = __float2half_rn(u);
+        else
+            reinterpret_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(u);
+    }
+}
+
+void randomize(void *p, size_t bytes, rssm_dtype t, uint64_t seed, float lo, float hi)
+{
+    if (bytes == 0)
+        return;
+    fill_random<<<1024, 256>>>(static_cast<uint8_t *>(p), bytes, (int)t, seed, lo, hi);
+    BCHECK(cudaGetLastError());
+}
+
+/* Random content for every array of a slot pool; the ring gets valid
+ * values everywhere because every position is read at some point. */
+__global__ void fill_pool_kernel(uint8_t *pool, size_t slots_layers, size_t layer_bytes, size_t ckpt_elems,
+                                 int sdt, size_t d_off, size_t d_elems, size_t k_off, size_t k_elems, int rdt,
+                                 size_t g_off, size_t g_elems, uint64_t seed)
+{
+    const size_t per = ckpt_elems + d_elems + k_elems + g_elems;
+    const size_t total = slots_layers * per;
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < total; i += (size_t)gridDim.x * blockDim.x) {
+        const size_t blk = i / per, e = i % per;
+        uint8_t *lb = pool + blk * layer_bytes;
+        uint64_t z = (i + 1) * 0x9e3779b97f4a7c15ull + seed;
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        const float u = (float)(z >> 40) * (1.0f / 16777216.0f); /* [0, 1) */
+        int dt;
+        size_t idx;
+        uint8_t *base;
+        float x;
+        if (e < ckpt_elems) {
+            base = lb; idx = e; dt = sdt; x = u - 0.5f;
+        } else if (e < ckpt_elems + d_elems) {
+            base = lb + d_off; idx = e - ckpt_elems; dt = rdt; x = u - 0.5f;
+        } else if (e < ckpt_elems + d_elems + k_elems) {
+            base = lb + k_off; idx = e - ckpt_elems - d_elems; dt = rdt; x = 0.6f * u - 0.3f;
+        } else {
+            base = lb + g_off; idx = e - ckpt_elems - d_elems - k_elems; dt = 0; x = -0.01f - 0.5f * u;
+        }
+        if (dt == 0)
+            reinterpret_cast<float *>(base)[idx] = x;
+        else if (dt == 1)
+            reinterpret_cast<__half *>(base)[idx] = __float2half_rn(x);
+        else
+            reinterpret_cast<__nv_bfloat16 *>(base)[idx] = __float2bfloat16_rn(x);
+    }
+}
+
+struct Setup {
+    rssm_model m;
+    rssm_slot_layout lay;
+    rssm_kernel_params p;
+    rssm_cuda_plan plan;
+    rssm_cuda_buffers buf;
+    uint32_t B;
+    std::vector<void *> allocs;
+};
+
+void *dalloc(Setup &s, size_t bytes)
+{
+    void *p = NULL;
+    BCHECK(cudaMalloc(&p, bytes > 0 ? bytes : 16));
+    s.allocs.push_back(p);
+    return p;
+}
+
+void setup_free(Setup &s)
+{
+    for (void *p : s.allocs)
+        cudaFree(p);
+    s.allocs.clear();
+}
+
+uint32_t layers_for(const rssm_model &m0, uint32_t B)
+{
+    rssm_model m = m0;
+    m.layers = 1;
+    rssm_slot_layout lay;
+    rssm_slot_layout_init(&lay, &m);
+    const double per_layer = (double)B * lay.layer_bytes;
+    const uint32_t need = (uint32_t)ceil(256.0 * 1024 * 1024 / per_layer) + 1u;
+    return std::max(2u, need);
+}
+
+void setup_init(Setup &s, const rssm_model &m, uint32_t B, int sm_count, uint64_t seed)
+{
+    s.m = m;
+    s.B = B;
+    rssm_error err;
+    if (rssm_model_validate(&m, &err) != RSSM_OK) {
+        fprintf(stderr, "bad model: %s\n", err.message);
+        exit(2);
+    }
+    rssm_slot_layout_init(&s.lay, &m);
+    rssm_kernel_params_init(&s.p, &m, &s.lay, B);
+    cudaDeviceProp prop;
+    BCHECK(cudaGetDeviceProperties(&prop, 0));
+    const char *why = rssm_cuda_unsupported(&s.p, prop.sharedMemPerBlockOptin);
+    if (why) {
+        fprintf(stderr, "unsupported: %s\n", why);
+        exit(2);
+    }
+    rssm_cuda_plan_init(&s.plan, &s.p, sm_count, prop.sharedMemPerMultiprocessor, g_warps, g_stages);
+    BCHECK(rssm_cuda_plan_prepare(&s.plan, &s.p));
+    const size_t L = m.layers, H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    const size_t Kg = m.gate_kind == RSSM_GATE_KDA ? K : 1, io = rssm_dtype_size(m.io_dtype);
+    uint8_t *pool = static_cast<uint8_t *>(dalloc(s, s.lay.slot_bytes * B));
+    const size_t rsz = rssm_dtype_size(m.ring_dtype);
+    fill_pool_kernel<<<2048, 256>>>(pool, (size_t)B * L, s.lay.layer_bytes, HV * V * K, (int)m.state_dtype,
+                                    s.lay.ring_d_offset, s.lay.ring_d_bytes / rsz, s.lay.ring_k_offset,
+                                    s.lay.ring_k_bytes / rsz, (int)m.ring_dtype, s.lay.ring_g_offset,
+                                    s.lay.ring_g_bytes / 4, seed);
+    BCHECK(cudaGetLastError());
+    s.buf.pool = pool;
+    void *q = dalloc(s, L * B * H * K * io), *k = dalloc(s, L * B * H * K * io);
+    void *v = dalloc(s, L * B * HV * V * io), *out = dalloc(s, L * B * HV * V * io);
+    float *gate = static_cast<float *>(dalloc(s, L * B * HV * Kg * 4));
+    float *beta = static_cast<float *>(dalloc(s, L * B * HV * 4));
+    float *A_log = static_cast<float *>(dalloc(s, L * HV * 4));
+    float *dt_bias = static_cast<float *>(dalloc(s, L * HV * Kg * 4));
+    randomize(q, L * B * H * K * io, m.io_dtype, seed + 1, -1, 1);
+    randomize(k, L * B * H * K * io, m.io_dtype, seed + 2, -1, 1);
+    randomize(v, L * B * HV * V * io, m.io_dtype, seed + 3, -1, 1);
+    randomize(gate, L * B * HV * Kg * 4, RSSM_DTYPE_F32, seed + 4, -0.5f, -0.01f);
+    randomize(beta, L * B * HV * 4, RSSM_DTYPE_F32, seed + 5, 0.1f, 0.9f);
+    randomize(A_log, L * HV * 4, RSSM_DTYPE_F32, seed + 6, -1, 1);
+    randomize(dt_bias, L * HV * Kg * 4, RSSM_DTYPE_F32, seed + 7, -1, 1);
+    s.buf.q = q;
+    s.buf.k = k;
+    s.buf.v = v;
+    s.buf.out = out;
+    s.buf.gate = gate;
+    s.buf.beta = beta;
+    s.buf.A_log = A_log;
+    s.buf.dt_bias = dt_bias;
+    BCHECK(cudaDeviceSynchronize());
+}
+
+/* Device step headers, one per step of a sequence: rows B, and for each row
+ * its slot, write position and force flag. */
+uint32_t *make_headers(Setup &s, const std::vector<std::vector<uint32_t>> &pos)
+{
+    const size_t words = RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)s.B;
+    std::vector<uint32_t> h(words * pos.size(), 0);
+    for (size_t st = 0; st < pos.size(); ++st) {
+        uint32_t *w = h.data() + st * words;
+        w[RSSM_HEADER_ROWS] = s.B;
+        for (uint32_t r = 0; r < s.B; ++r) {
+            w[RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r + RSSM_ROW_SLOT] = r;
+            w[RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r + RSSM_ROW_WRITE_POS] = pos[st][r];
+            w[RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r + RSSM_ROW_FORCE] = 0;
+        }
+    }
+    uint32_t *d = static_cast<uint32_t *>(dalloc(s, h.size() * 4));
+    BCHECK(cudaMemcpy(d, h.data(), h.size() * 4, cudaMemcpyHostToDevice));
+    return d;
+}
+
+/* Median seconds of one replay of a graph of `steps` steps (all layers),
+ * step i reading header i. */
+double time_steps(Setup &s, const uint32_t *headers, size_t steps, cudaStream_t stream, int reps)
+{
+    const size_t words = RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)s.B;
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    BCHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal));
+    for (size_t st = 0; st < steps; ++st) {
+        rssm_cuda_buffers b = s.buf;
+        b.header = headers + st * words;
+        for (uint32_t l = 0; l < s.m.layers; ++l)
+            BCHECK(rssm_cuda_launch_layer(&s.p, &b, &s.plan, l, stream));
+    }
+    BCHECK(cudaStreamEndCapture(stream, &graph));
+    BCHECK(cudaGraphInstantiate(&exec, graph, 0));
+    cudaEvent_t e0, e1;
+    BCHECK(cudaEventCreate(&e0));
+    BCHECK(cudaEventCreate(&e1));
+    BCHECK(cudaGraphLaunch(exec, stream)); /* warm-up */
+    BCHECK(cudaStreamSynchronize(stream));
+    std::vector<float> t(reps);
+    for (int i = 0; i < reps; ++i) {
+        BCHECK(cudaEventRecord(e0, stream));
+        BCHECK(cudaGraphLaunch(exec, stream));
+        BCHECK(cudaEventRecord(e1, stream));
+        BCHECK(cudaEventSynchronize(e1));
+        BCHECK(cudaEventElapsedTime(&t[i], e0, e1));
+    }
+    BCHECK(cudaGetLastError());
+    std::sort(t.begin(), t.end());
+    BCHECK(cudaEventDestroy(e0));
+    BCHECK(cudaEventDestroy(e1));
+    BCHECK(cudaGraphExecDestroy(exec));
+    BCHECK(cudaGraphDestroy(graph));
+    return (double)t[reps / 2] * 1e-3;
+}
+
+/* Bytes one layer of one step must move for one row at ring position n. */
+double step_bytes(const rssm_model &m, uint32_t n, bool flush)
+{
+    const double H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    const double Kg = m.gate_kind == RSSM_GATE_KDA ? K : 1;
+    const double ss = (double)rssm_dtype_size(m.state_dtype), rs = (double)rssm_dtype_size(m.ring_dtype);
+    const double io = (double)rssm_dtype_size(m.io_dtype);
+    const double ckpt = HV * V * K * ss;
+    const double entry = HV * V * rs + H * K * rs + HV * Kg * 4; /* d, k (once per q/k head), g */
+    const double inout = 2 * H * K * io + 2 * HV * V * io + HV * Kg * 4 + HV * 4;
+    return ckpt + n * entry + (flush ? ckpt : entry) + inout;
+}
+
+struct Row {
+    const char *kind;
+    rssm_dtype state, ring;
+    uint32_t L, B, layers;
+    int staggered;
+    double us, gbps, pct, packed_us, packed_gbps, packed_pct, ratio;
+    double empty_us, full_us, flush_us;
+    rssm_cuda_plan plan;
+};
+
+const char *dname(rssm_dtype t) { return rssm_dtype_name(t); }
+
+double copy_bandwidth(cudaStream_t stream)
+{
+    const size_t bytes = (size_t)2 << 30;
+    void *a, *b;
+    BCHECK(cudaMalloc(&a, bytes));
+    BCHECK(cudaMalloc(&b, bytes));
+    BCHECK(cudaMemsetAsync(a, 1, bytes, stream));
+    cudaEvent_t e0, e1;
+    BCHECK(cudaEventCreate(&e0));
+    BCHECK(cudaEventCreate(&e1));
+    std::vector<float> t(9);
+    BCHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+    for (float &x : t) {
+        BCHECK(cudaEventRecord(e0, stream));
+        BCHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
+        BCHECK(cudaEventRecord(e1, stream));
+        BCHECK(cudaEventSynchronize(e1));
+        BCHECK(cudaEventElapsedTime(&x, e0, e1));
+    }
+    std::sort(t.begin(), t.end());
+    BCHECK(cudaFree(a));
+    BCHECK(cudaFree(b));
+    BCHECK(cudaEventDestroy(e0));
+    BCHECK(cudaEventDestroy(e1));
+    return 2.0 * (double)bytes / ((double)t[4] * 1e-3);
+}
+
+int run_bench(const char *json_path, bool quick)
+{
+    BCHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    BCHECK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t stream;
+    BCHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const double copy_bw = copy_bandwidth(stream);
+    printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
+           prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+
+    std::vector<uint32_t> batches = {1, 16, 64, 128, 256, 512};
+    if (quick)
+        batches = {1, 64, 256};
+    struct Family { rssm_gate_kind kind; rssm_dtype state, ring; std::vector<uint32_t> Ls; };
+    std::vector<Family> fams = {
+        {RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_DTYPE_F16, {8, 16}},
+        {RSSM_GATE_GDN, RSSM_DTYPE_BF16, RSSM_DTYPE_F16, {8, 16}},
+        {RSSM_GATE_KDA, RSSM_DTYPE_F32, RSSM_DTYPE_F16, {8, 16}},
+        {RSSM_GATE_KDA, RSSM_DTYPE_BF16, RSSM_DTYPE_F16, {8, 16}},
+        {RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_DTYPE_F32, {16}},
+        {RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_DTYPE_BF16, {16}},
+    };
+    if (quick)
+        fams.resize(3);
+    std::vector<Row> rows;
+    const int reps = quick ? 5 : 9;
+    uint64_t seed = 1234;
+    for (const Family &f : fams) {
+        const bool kda = f.kind == RSSM_GATE_KDA;
+        const uint32_t H = kda ? 32 : 16, HV = 32;
+        for (uint32_t B : batches) {
+            /* the packed baseline, per (family, batch) */
+            rssm_model pm = bench_model(f.kind, H, HV, 128, 128, 1, 0, 1, f.state, f.ring, RSSM_DTYPE_BF16,
+                                        RSSM_GATE_PRECOMPUTED);
+            pm.layers = layers_for(pm, B);
+            Setup ps;
+            setup_init(ps, pm, B, prop.multiProcessorCount, seed++);
+            const uint32_t psteps = 8;
+            std::vector<std::vector<uint32_t>> zero(psteps, std::vector<uint32_t>(B, 0));
+            const uint32_t *ph = make_headers(ps, zero);
+            const double pt = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
+            const double pbytes = B * step_bytes(pm, 0, true);
+            setup_free(ps);
+            for (uint32_t L : f.Ls) {
+                rssm_model m = bench_model(f.kind, H, HV, 128, 128, 1, 1, L, f.state, f.ring, RSSM_DTYPE_BF16,
+                                           RSSM_GATE_PRECOMPUTED);
+                m.layers = layers_for(m, B);
+                Setup s;
+                setup_init(s, m, B, prop.multiProcessorCount, seed++);
+                double empty = 0, full = 0, flush = 0;
+                for (int stag = 0; stag < 2; ++stag) {
+                    std::vector<std::vector<uint32_t>> pos(L, std::vector<uint32_t>(B));
+                    double bytes = 0;
+                    for (uint32_t st = 0; st < L; ++st)
+                        for (uint32_t r = 0; r < B; ++r) {
+                            pos[st][r] = stag ? (st + r) % L : st;
+                            bytes += step_bytes(m, pos[st][r], pos[st][r] == L - 1);
+                        }
+                    bytes /= L;
+                    const uint32_t *hd = make_headers(s, pos);
+                    const double t = time_steps(s, hd, L, stream, reps) / L / m.layers;
+                    if (!stag) {
+                        /* per-position costs: repeated steps at one position */
+                        const uint32_t at[3] = {0, L - 2, L - 1};
+                        double *dst[3] = {&empty, &full, &flush};
+                        for (int i = 0; i < 3; ++i) {
+                            std::vector<std::vector<uint32_t>> one(4, std::vector<uint32_t>(B, at[i]));
+                            const uint32_t *oh = make_headers(s, one);
+                            *dst[i] = time_steps(s, oh, 4, stream, reps) / 4 / m.layers;
+                        }
+                    }
+                    Row row;
+                    row.kind = kda ? "kda" : "gdn";
+                    row.state = f.state;
+                    row.ring = f.ring;
+                    row.L = L;
+                    row.B = B;
+                    row.layers = m.layers;
+                    row.staggered = stag;
+                    row.us = t * 1e6;
+                    row.gbps = bytes / t / 1e9;
+                    row.pct = 100.0 * bytes / t / copy_bw;
+                    row.packed_us = pt * 1e6;
+                    row.packed_gbps = pbytes / pt / 1e9;
+                    row.packed_pct = 100.0 * pbytes / pt / copy_bw;
+                    row.ratio = pt / t;
+                    row.empty_us = empty * 1e6;
+                    row.full_us = full * 1e6;
+                    row.flush_us = flush * 1e6;
+                    row.plan = s.plan;
+                    rows.push_back(row);
+                    printf("%s state=%s ring=%s L=%2u B=%3u %-9s layers=%3u: replay %8.2f us (%6.0f GB/s %5.1f%%) "
+                           "packed %8.2f us (%5.1f%%) ratio %.3f | empty %.2f full %.2f flush %.2f us | W%u S%u grid %u\n",
+                           row.kind, dname(f.state), dname(f.ring), L, B, stag ? "staggered" : "uniform",
+                           m.layers, row.us, row.gbps, row.pct, row.packed_us, row.packed_pct, row.ratio,
+                           row.empty_us, row.full_us, row.flush_us, s.plan.warps, s.plan.stages, s.plan.grid);
+                    fflush(stdout);
+                }
+                setup_free(s);
+            }
+        }
+    }
+    FILE *f = fopen(json_path, "w");
+    if (!f) {
+        perror(json_path);
+        return 2;
+    }
+    fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"copy_bandwidth_gbps\": %.1f,\n", prop.name,
+            prop.multiProcessorCount, copy_bw / 1e9);
+    fprintf(f, "  \"method\": \"CUDA graph of whole steps (all layers); replay = one L-step cycle with L device "
+               "headers; >= 256 MiB of other state between visits of a slot; median of %d replays; us are per "
+               "step per layer; K=V=128, bf16 io, precomputed gates\",\n", reps);
+    fprintf(f, "  \"rows\": [\n");
+    for (size_t i = 0; i < rows.size(); ++i) {
+        const Row &r = rows[i];
+        fprintf(f,
+                "    {\"kind\": \"%s\", \"state\": \"%s\", \"ring\": \"%s\", \"L\": %u, \"batch\": %u, "
+                "\"positions\": \"%s\", \"layers\": %u, \"us_per_step\": %.3f, \"gbps\": %.1f, "
+                "\"pct_copy_bw\": %.1f, \"packed_us\": %.3f, \"packed_gbps\": %.1f, \"packed_pct_copy_bw\": %.1f, "
+                "\"replay_over_packed\": %.4f, \"empty_ring_us\": %.3f, \"full_ring_us\": %.3f, "
+                "\"flush_us\": %.3f, \"warps\": %u, \"stages\": %u, \"grid\": %u}%s\n",
+                r.kind, dname(r.state), dname(r.ring), r.L, r.B, r.staggered ? "staggered" : "uniform", r.layers,
+                r.us, r.gbps, r.pct, r.packed_us, r.packed_gbps, r.packed_pct, r.ratio, r.empty_us, r.full_us,
+                r.flush_us, r.plan.warps, r.plan.stages, r.plan.grid, i + 1 < rows.size() ? "," : "");
+    }
+    fprintf(f, "  ]\n}\n");
+    fclose(f);
+    BCHECK(cudaStreamDestroy(stream));
+    return 0;
+}
+
+/* Launch-shape sweep on the two large-batch cases that matter most. */
+int run_tune()
+{
+    BCHECK(cudaSetDevice(0));
+    cudaDeviceProp prop;
+    BCHECK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t stream;
+    BCHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+    const double copy_bw = copy_bandwidth(stream);
+    printf("tune: copy bandwidth %.0f GB/s\n", copy_bw / 1e9);
+    const uint32_t combos[][2] = {{0, 0}, {4, 1}, {4, 2}, {4, 3}, {8, 1}, {8, 2}, {2, 0}, {2, 4}};
+    for (int kda = 0; kda < 2; ++kda)
+        for (int st = 0; st < 2; ++st)
+            for (const auto &c : combos) {
+                g_warps = c[0];
+                g_stages = c[1];
+                const rssm_gate_kind kind = kda ? RSSM_GATE_KDA : RSSM_GATE_GDN;
+                const rssm_dtype sd = st ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32;
+                const uint32_t H = kda ? 32 : 16, B = 256, L = 16;
+                double res[5] = {0, 0, 0, 0, 0};
+                rssm_cuda_plan plans[2];
+                for (int replay = 0; replay < 2; ++replay) {
+                    rssm_model m = bench_model(kind, H, 32, 128, 128, 1, replay, replay ? L : 1, sd, RSSM_DTYPE_F16,
+                                               RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED);
+                    m.layers = layers_for(m, B);
+                    rssm_slot_layout lay;
+                    rssm_slot_layout_init(&lay, &m);
+                    rssm_kernel_params kp;
+                    rssm_kernel_params_init(&kp, &m, &lay, B);
+                    rssm_cuda_plan_init(&plans[replay], &kp, prop.multiProcessorCount, prop.sharedMemPerMultiprocessor,
+                                        g_warps, g_stages);
+                    if (plans[replay].smem_bytes > prop.sharedMemPerBlockOptin)
+                        goto skip;
+                    Setup s;
+                    setup_init(s, m, B, prop.multiProcessorCount, 77);
+                    plans[replay] = s.plan;
+                    if (!replay) {
+                        std::vector<std::vector<uint32_t>> z(8, std::vector<uint32_t>(B, 0));
+                        res[0] = time_steps(s, make_headers(s, z), 8, stream, 5) / 8 / m.layers;
+                    } else {
+                        std::vector<std::vector<uint32_t>> cyc(L, std::vector<uint32_t>(B));
+                        for (uint32_t i = 0; i < L; ++i)
+                            for (uint32_t r = 0; r < B; ++r)
+                                cyc[i][r] = i;
+                        res[1] = time_steps(s, make_headers(s, cyc), L, stream, 5) / L / m.layers;
+                        const uint32_t at[3] = {0, L - 2, L - 1};
+                        for (int i = 0; i < 3; ++i) {
+                            std::vector<std::vector<uint32_t>> one(4, std::vector<uint32_t>(B, at[i]));
+                            res[2 + i] = time_steps(s, make_headers(s, one), 4, stream, 5) / 4 / m.layers;
+                        }
+                    }
+                    setup_free(s);
+                }
+                {
+                    const double pbytes = (double)B * 32 * 128 * 128 * (st ? 2 : 4) * 2;
+                    printf("%s %s W=%u S=%u (packed plan W%u S%u grid %u; replay W%u S%u grid %u): packed %.1f us "
+                           "(%.1f%% copy) | replay L=16 %.1f us ratio %.3f | empty %.1f full %.1f flush %.1f\n",
+                           kda ? "kda" : "gdn", st ? "bf16" : "fp32", c[0], c[1], plans[0].warps, plans[0].stages,
+                           plans[0].grid, plans[1].warps, plans[1].stages, plans[1].grid, res[0] * 1e6,
+                           100.0 * pbytes / res[0] / copy_bw, res[1] * 1e6, res[0] / res[1], res[2] * 1e6,
+                           res[3] * 1e6, res[4] * 1e6);
+                    fflush(stdout);
+                }
+                continue;
+            skip:
+                printf("%s %s W=%u S=%u: does not fit in shared memory\n", kda ? "kda" : "gdn", st ? "bf16" : "fp32",
+                       c[0], c[1]);
+            }
+    g_warps = g_stages = 0;
+    return 0;
+}
+
+} /* namespace */
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        fprintf(stderr, "usage: %s conform [--quick] [--seed N] | bench --json FILE [--quick]\n", argv[0]);
+        return 2;
+    }
+    bool quick = false;
+    uint64_t seed = 20261129;
+    const char *json = "bench.json";
+    for (int i = 2; i < argc; ++i) {
+        if (!strcmp(argv[i], "--quick"))
+            quick = true;
+        else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
+            seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--json") && i + 1 < argc)
+            json = argv[++i];
+    }
+    if (!strcmp(argv[1], "conform"))
+        return run_conformance(quick, seed) ? 1 : 0;
+    if (!strcmp(argv[1], "bench"))
+        return run_bench(json, quick);
+    if (!strcmp(argv[1], "tune"))
+        return run_tune();
+    fprintf(stderr, "unknown mode '%s'\n", argv[1]);
+    return 2;
+}

@@ -1,0 +1,164 @@
+/* rssm_backend: finding a backend by name and forwarding to its ops. */
+#include "objects.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+/* Families rssm knows, built in or not, so a missing one is "unavailable"
+ * rather than "unknown". */
+static const char *const known_families[] = {"cpu", "vulkan", "cuda", NULL};
+
+size_t rssm_backend_name_count(void)
+{
+    size_t n = 0;
+    for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
+        for (const char *const *v = (*ops)->variants; *v; v++)
+            n++;
+    return n;
+}
+
+const char *rssm_backend_name_at(size_t index)
+{
+    for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
+        for (const char *const *v = (*ops)->variants; *v; v++)
+            if (index-- == 0)
+                return *v;
+    return NULL;
+}
+
+static rssm_status start(const rssm_backend_ops *ops, const char *variant, rssm_backend **out,
+                         rssm_error *err)
+{
+    rssm_backend *b = calloc(1, sizeof *b);
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "backend: out of host memory");
+    rssm_status st = ops->create(variant, &b->ctx, err);
+    if (st != RSSM_OK) {
+        free(b);
+        return st;
+    }
+    b->ops = ops;
+    snprintf(b->name, sizeof b->name, "%s", variant);
+    *out = b;
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err)
+{
+    if (!name || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "backend name and out must not be NULL");
+    *out = NULL;
+    if (strcmp(name, "auto") == 0) {
+        for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
+            if (start(*ops, (*ops)->variants[0], out, NULL) == RSSM_OK)
+                return rssm_clear_error(err);
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "auto: no backend could be started");
+    }
+    for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
+        for (const char *const *v = (*ops)->variants; *v; v++)
+            if (strcmp(*v, name) == 0)
+                return start(*ops, *v, out, err);
+    size_t family_len = strcspn(name, ":");
+    for (const char *const *f = known_families; *f; f++) {
+        if (strlen(*f) == family_len && strncmp(*f, name, family_len) == 0) {
+            for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
+                if (strcmp((*ops)->name, *f) == 0)
+                    return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                          "backend '%s': unknown variant of '%s'", name, *f);
+            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                                  "backend '%s' was not built into this rssm (configure with it on)", name);
+        }
+    }
+    return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                          "unknown backend '%s' (known: cpu, vulkan, cuda, auto)", name);
+}
+
+void rssm_backend_destroy(rssm_backend **b)
+{
+    if (!b || !*b)
+        return;
+    (*b)->ops->destroy((*b)->ctx);
+    free(*b);
+    *b = NULL;
+}
+
+const char *rssm_backend_name(const rssm_backend *b) { return b ? b->name : "(null)"; }
+
+const char *rssm_backend_device(const rssm_backend *b)
+{
+    return b ? b->ops->device(b->ctx) : "(null)";
+}
+
+rssm_status rssm_backend_describe(const rssm_backend *b, char *buf, size_t size, rssm_error *err)
+{
+    if (!b || !buf || size == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "describe: backend and a non-empty buffer are required");
+    buf[0] = '\0';
+    b->ops->describe(b->ctx, buf, size);
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_backend_supports(const rssm_backend *b, const rssm_model *m, rssm_error *err)
+{
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "backend must not be NULL");
+    rssm_status st = rssm_model_validate(m, err);
+    if (st != RSSM_OK)
+        return st;
+    return b->ops->supports(b->ctx, m, err);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* The CPU's copy bandwidth: memcpy between two buffers larger than the
+ * caches, after one untimed copy that faults the pages in. */
+static rssm_status host_copy_bandwidth(size_t bytes, double *bps, rssm_error *err)
+{
+    unsigned char *src = malloc(bytes), *dst = malloc(bytes);
+    if (!src || !dst) {
+        free(src);
+        free(dst);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "copy bandwidth: cannot allocate 2 x %zu bytes", bytes);
+    }
+    for (size_t i = 0; i < bytes; i++)
+        src[i] = (unsigned char)(i * 131u + 7u);
+    memcpy(dst, src, bytes);
+    enum { REPEATS = 7 };
+    double t[REPEATS];
+    for (int r = 0; r < REPEATS; r++) {
+        double t0 = now_seconds();
+        memcpy(dst, src, bytes);
+        t[r] = now_seconds() - t0;
+        src[r] ^= dst[bytes - 1 - (size_t)r]; /* keep the copies observable */
+    }
+    qsort(t, REPEATS, sizeof t[0], compare_doubles);
+    *bps = 2.0 * (double)bytes / t[REPEATS / 2];
+    free(src);
+    free(dst);
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *bytes_per_second,
+                                        rssm_error *err)
+{
+    if (!b || !bytes_per_second || bytes < 4096)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "copy bandwidth: backend, result pointer and >= 4096 bytes are required");
+    if (b->ops->copy_bandwidth)
+        return b->ops->copy_bandwidth(b->ctx, bytes, bytes_per_second, err);
+    return host_copy_bandwidth(bytes, bytes_per_second, err);
+}

@@ -1,0 +1,106 @@
+/*
+ * The interface every backend implements: a table of function pointers and
+ * an opaque context. The public objects in rssm.h (backend, pool, batch) are
+ * thin wrappers that own the host-side bookkeeping (slot allocation,
+ * write_pos, scheduling, export/import, materialise) and call through here.
+ * Tests, the CLI and the benchmarks drive every backend through this one
+ * table; nothing outside a backend's folder knows its device API.
+ *
+ * Contract shared by all entries:
+ *   - they receive models that rssm_model_validate accepted and that the
+ *     backend's `supports` accepted;
+ *   - they report failures through rssm_set_error (common/error.h);
+ *   - data crossing this interface is in host memory, in the canonical
+ *     layout of common/rssm_layout.h, so pools of different backends
+ *     exchange slots byte for byte.
+ */
+#ifndef RSSM_BACKEND_H
+#define RSSM_BACKEND_H
+
+#include "rssm.h"
+#include "rssm_layout.h"
+
+#include <stdbool.h>
+
+/* Where a slot's arrays sit; computed once per model by rssm_slot_layout_init. */
+typedef struct rssm_slot_layout {
+    uint32_t ring_cap;        /* entries per ring: L-1, or 0 without replay */
+    size_t ckpt_bytes;        /* per layer */
+    size_t ring_d_offset, ring_d_bytes;
+    size_t ring_k_offset, ring_k_bytes;
+    size_t ring_g_offset, ring_g_bytes;
+    size_t layer_bytes;       /* a multiple of RSSM_ARRAY_ALIGN */
+    size_t slot_bytes;        /* layers * layer_bytes */
+} rssm_slot_layout;
+
+typedef struct rssm_backend_ops {
+    const char *name;                    /* "cpu", "vulkan", "cuda" */
+    /* NULL-terminated list of variant names; [0] is used for the bare name.
+     * A single-variant backend lists just its own name ("cpu"). */
+    const char *const *variants;
+
+    /* Starts the device. RSSM_ERR_UNAVAILABLE when there is none. */
+    rssm_status (*create)(const char *variant, void **ctx, rssm_error *err);
+    void (*destroy)(void *ctx);
+    /* One line: the device name. */
+    const char *(*device)(void *ctx);
+    /* A few lines of features for `rssm info`. */
+    void (*describe)(void *ctx, char *buf, size_t size);
+    rssm_status (*supports)(void *ctx, const rssm_model *m, rssm_error *err);
+
+    /* Device memory for `slots` slots laid out as `layout`, contents
+     * undefined (common code zeroes slots it allocates). */
+    rssm_status (*pool_create)(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
+                               uint32_t slots, void **pool, rssm_error *err);
+    void (*pool_destroy)(void *ctx, void *pool);
+    /* The slot's whole block (layout->slot_bytes), host <-> device. */
+    rssm_status (*slot_read)(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err);
+    rssm_status (*slot_write)(void *ctx, void *pool, uint32_t slot, const void *bytes,
+                              rssm_error *err);
+
+    /* Buffers for max_rows rows of every layer, and the program that runs
+     * one step over them, recorded once. `params` holds everything constant. */
+    rssm_status (*batch_create)(void *ctx, void *pool, const rssm_kernel_params *params,
+                                void **batch, rssm_error *err);
+    void (*batch_destroy)(void *ctx, void *batch);
+    /* A_log [HV] and dt_bias [HV] or [HV][K] of one layer. */
+    rssm_status (*batch_set_gate_params)(void *ctx, void *batch, uint32_t layer,
+                                         const float *A_log, const float *dt_bias,
+                                         rssm_error *err);
+    /* Host inputs [layers][rows][...] into device buffers [layers][max_rows][...]. */
+    rssm_status (*batch_upload)(void *ctx, void *batch, uint32_t rows,
+                                const rssm_step_inputs *in, rssm_error *err);
+    /* Refreshes the step header with `rows` entries and runs the recorded
+     * program; returns when the step is complete on the device. */
+    rssm_status (*batch_run)(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                             rssm_error *err);
+    /* Device outputs [layers][max_rows][HV][V] into host [layers][rows][HV][V]. */
+    rssm_status (*batch_download)(void *ctx, void *batch, uint32_t rows, void *out,
+                                  rssm_error *err);
+    /* Device seconds of the last batch_run. */
+    double (*batch_last_run_seconds)(void *ctx, void *batch);
+
+    /* Optional (NULL: common code times a host memcpy, right for the CPU).
+     * Device-to-device copy bandwidth over buffers of `bytes`, counting
+     * bytes read plus bytes written, median of several timed copies. */
+    rssm_status (*copy_bandwidth)(void *ctx, size_t bytes, double *bytes_per_second,
+                                  rssm_error *err);
+} rssm_backend_ops;
+
+/* Every backend compiled in, in preference order; NULL-terminated. */
+extern const rssm_backend_ops *const rssm_backend_registry[];
+
+/* Computes the canonical layout; the model must be valid. */
+void rssm_slot_layout_init(rssm_slot_layout *layout, const rssm_model *m);
+
+/* Fills the constant kernel parameters for a batch of max_rows rows. */
+void rssm_kernel_params_init(rssm_kernel_params *params, const rssm_model *m,
+                             const rssm_slot_layout *layout, uint32_t max_rows);
+
+/* Byte sizes of one layer's block of each step array for `rows` rows. */
+typedef struct rssm_io_sizes {
+    size_t q, k, v, gate, beta, out;
+} rssm_io_sizes;
+void rssm_io_sizes_init(rssm_io_sizes *sizes, const rssm_model *m, uint32_t rows);
+
+#endif /* RSSM_BACKEND_H */

@@ -1,0 +1,150 @@
+/* rssm_batch: the per-capacity buffers and recorded program, and the step
+ * that ties the scheduler to the backend. */
+#include "objects.h"
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+rssm_status rssm_batch_create(rssm_pool *p, uint32_t max_rows, rssm_batch **out, rssm_error *err)
+{
+    if (!p || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "batch: pool and out must not be NULL");
+    *out = NULL;
+    if (max_rows == 0 || max_rows > 65536)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "batch: max_rows = %u: must be in 1..65536", max_rows);
+    rssm_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "batch: out of host memory");
+    b->pool = p;
+    b->max_rows = max_rows;
+    b->plan = calloc(max_rows, sizeof *b->plan);
+    b->header = calloc(max_rows, sizeof *b->header);
+    b->gate_params_set = calloc(p->model.layers, 1);
+    if (!b->plan || !b->header || !b->gate_params_set) {
+        rssm_batch_destroy(&b);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "batch: out of host memory");
+    }
+    rssm_kernel_params_init(&b->params, &p->model, &p->layout, max_rows);
+    rssm_backend *be = p->backend;
+    rssm_status st = be->ops->batch_create(be->ctx, p->dev, &b->params, &b->dev, err);
+    if (st != RSSM_OK) {
+        b->dev = NULL;
+        rssm_batch_destroy(&b);
+        return st;
+    }
+    *out = b;
+    return rssm_clear_error(err);
+}
+
+void rssm_batch_destroy(rssm_batch **bp)
+{
+    if (!bp || !*bp)
+        return;
+    rssm_batch *b = *bp;
+    if (b->dev)
+        b->pool->backend->ops->batch_destroy(b->pool->backend->ctx, b->dev);
+    free(b->plan);
+    free(b->header);
+    free(b->gate_params_set);
+    free(b);
+    *bp = NULL;
+}
+
+rssm_status rssm_batch_set_gate_params(rssm_batch *b, uint32_t layer, const float *A_log, const float *dt_bias,
+                                       rssm_error *err)
+{
+    if (!b || !A_log || !dt_bias)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "gate params: batch, A_log and dt_bias must not be NULL");
+    const rssm_model *m = &b->pool->model;
+    if (layer >= m->layers)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "gate params: layer %u out of range (%u layers)", layer,
+                              m->layers);
+    rssm_backend *be = b->pool->backend;
+    rssm_status st = be->ops->batch_set_gate_params(be->ctx, b->dev, layer, A_log, dt_bias, err);
+    if (st != RSSM_OK)
+        return st;
+    b->gate_params_set[layer] = 1;
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in, rssm_error *err)
+{
+    if (!b || !in || !in->q || !in->k || !in->v || !in->gate || !in->beta)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "upload: batch and every input array must be given");
+    if (rows == 0 || rows > b->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "upload: rows = %u: must be in 1..%u", rows, b->max_rows);
+    rssm_backend *be = b->pool->backend;
+    b->uploaded_rows = 0;
+    rssm_status st = be->ops->batch_upload(be->ctx, b->dev, rows, in, err);
+    if (st != RSSM_OK)
+        return st;
+    b->uploaded_rows = rows;
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+                           uint32_t snapshot_interval, rssm_error *err)
+{
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: batch must not be NULL");
+    if (rows == 0 || rows > b->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: rows = %u: must be in 1..%u", rows, b->max_rows);
+    if (rows != b->uploaded_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: %u rows, but the uploaded inputs have %u", rows,
+                              b->uploaded_rows);
+    const rssm_model *m = &b->pool->model;
+    if (m->gate_mode != RSSM_GATE_PRECOMPUTED)
+        for (uint32_t l = 0; l < m->layers; l++)
+            if (!b->gate_params_set[l])
+                return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                      "run: %s gates need A_log and dt_bias; layer %u has none (rssm_batch_set_gate_params)",
+                                      rssm_gate_mode_name(m->gate_mode), l);
+    rssm_status st = rssm_pool_plan(b->pool, rows, slots, seq_len_after, snapshot_interval, b->plan, err);
+    if (st != RSSM_OK)
+        return st;
+    for (uint32_t r = 0; r < rows; r++)
+        b->header[r] = (rssm_row_header){
+            .slot = b->plan[r].slot, .write_pos = b->plan[r].write_pos, .force = b->plan[r].force};
+    rssm_backend *be = b->pool->backend;
+    if ((st = be->ops->batch_run(be->ctx, b->dev, rows, b->header, err)) != RSSM_OK)
+        return st;
+    b->run_rows = rows;
+    return rssm_pool_commit(b->pool, rows, b->plan, err);
+}
+
+rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)
+{
+    if (!b || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "download: batch and out must not be NULL");
+    if (b->run_rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "download: nothing has run on this batch yet");
+    if (rows == 0 || rows > b->run_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "download: rows = %u: the last run had %u", rows,
+                              b->run_rows);
+    rssm_backend *be = b->pool->backend;
+    rssm_status st = be->ops->batch_download(be->ctx, b->dev, rows, out, err);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
+}
+
+rssm_status rssm_batch_step(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+                            uint32_t snapshot_interval, const rssm_step_inputs *in, void *out, rssm_error *err)
+{
+    if (!out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "step: out must not be NULL");
+    rssm_status st;
+    if ((st = rssm_batch_upload(b, rows, in, err)) != RSSM_OK ||
+        (st = rssm_batch_run(b, rows, slots, seq_len_after, snapshot_interval, err)) != RSSM_OK)
+        return st;
+    return rssm_batch_download(b, rows, out, err);
+}
+
+rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds, rssm_error *err)
+{
+    if (!b || !seconds)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: batch and seconds must not be NULL");
+    if (b->run_rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: nothing has run on this batch yet");
+    *seconds = b->pool->backend->ops->batch_last_run_seconds(b->pool->backend->ctx, b->dev);
+    return rssm_clear_error(err);
+}

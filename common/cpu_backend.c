@@ -1,0 +1,486 @@
+/*
+ * The CPU backend: "device" memory is host memory, uploads and downloads are
+ * copies, and a step runs rssm_cpu_step_head for every (layer, row, value
+ * head) on a thread pool. It is the reference the GPU backends are checked
+ * against and the default where there is no GPU.
+ */
+/* clock_gettime, sysconf (POSIX) and madvise (BSD/Linux): not C11 */
+#ifndef _DEFAULT_SOURCE
+#define _DEFAULT_SOURCE
+#endif
+
+#include "backend.h"
+#include "cpu_kernels.h"
+#include "dtype.h"
+#include "error.h"
+#include "thread_pool.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <time.h>
+#include <unistd.h>
+
+/* Host allocations are aligned to a cache line; sizes are rounded up to it,
+ * as aligned_alloc requires. */
+#define CPU_ALIGN 64u
+#define CPU_MAX_THREADS 1024u
+
+typedef struct cpu_ctx {
+    rssm_thread_pool *threads;
+    unsigned thread_count;
+    int threads_from_env;
+    char device[128];
+} cpu_ctx;
+
+typedef struct cpu_pool {
+    uint8_t *base;
+    uint32_t slots;
+    size_t slot_bytes;
+} cpu_pool;
+
+typedef struct cpu_batch {
+    cpu_ctx *ctx;
+    cpu_pool *pool;
+    rssm_kernel_params params;
+    rssm_io_sizes row_sizes;      /* bytes of one row of each array, one layer */
+    void *q, *k, *v, *out;        /* [layers][max_rows][...] */
+    float *gate, *beta;
+    float *A_log, *dt_bias;       /* [layers][HV], [layers][HV] or [layers][HV][K] */
+    rssm_row_header *header;      /* [max_rows], the rows of the current run */
+    uint32_t rows;                /* rows of the current run */
+    float *scratch;               /* one block per worker */
+    size_t scratch_floats;        /* per worker, a multiple of CPU_ALIGN / 4 */
+    double last_seconds;
+} cpu_batch;
+
+static void *alloc_aligned(size_t bytes)
+{
+    if (bytes == 0)
+        bytes = 1;
+    if (bytes > SIZE_MAX - CPU_ALIGN)
+        return NULL;
+    return aligned_alloc(CPU_ALIGN, (bytes + CPU_ALIGN - 1) / CPU_ALIGN * CPU_ALIGN);
+}
+
+/* The pool is streamed through once per step. With 4 KiB pages every 4 KiB
+ * of a checkpoint starts with a TLB miss and a restart of the hardware
+ * prefetcher (it stops at page boundaries); 2 MiB pages remove both. So
+ * large pools are aligned to 2 MiB and, where the kernel has transparent
+ * huge pages on request, asked to use them. Only a hint: without it the
+ * pool works the same, slower. */
+#define CPU_HUGE_PAGE ((size_t)2 << 20)
+
+static void *alloc_pool(size_t bytes)
+{
+    if (bytes < CPU_HUGE_PAGE)
+        return alloc_aligned(bytes);
+    if (bytes > SIZE_MAX - CPU_HUGE_PAGE)
+        return NULL;
+    const size_t rounded = (bytes + CPU_HUGE_PAGE - 1) / CPU_HUGE_PAGE * CPU_HUGE_PAGE;
+    void *p = aligned_alloc(CPU_HUGE_PAGE, rounded);
+#if defined(MADV_HUGEPAGE)
+    if (p)
+        (void)madvise(p, rounded, MADV_HUGEPAGE);
+#endif
+    return p;
+}
+
+/* ---------------------------------------------------------------- context */
+
+/* RSSM_CPU_THREADS if set, else the online cores. */
+static rssm_status thread_count(unsigned *count, int *from_env, rssm_error *err)
+{
+    const char *env = getenv("RSSM_CPU_THREADS");
+    *from_env = env && *env;
+    if (*from_env) {
+        char *end = NULL;
+        errno = 0;
+        unsigned long n = strtoul(env, &end, 10);
+        if (errno != 0 || *end != '\0' || env[0] == '-' || n == 0 || n > CPU_MAX_THREADS)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "RSSM_CPU_THREADS='%s': must be an integer in 1..%u", env,
+                                  CPU_MAX_THREADS);
+        *count = (unsigned)n;
+        return RSSM_OK;
+    }
+    long online = sysconf(_SC_NPROCESSORS_ONLN);
+    *count = online < 1 ? 1u : (online > (long)CPU_MAX_THREADS ? CPU_MAX_THREADS : (unsigned)online);
+    return RSSM_OK;
+}
+
+/* The "model name" line of /proc/cpuinfo where there is one. */
+static void read_cpu_name(char *buf, size_t size)
+{
+    snprintf(buf, size, "host CPU");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f)
+        return;
+    char line[256];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0)
+            continue;
+        const char *colon = strchr(line, ':');
+        if (!colon)
+            break;
+        colon++;
+        while (*colon == ' ' || *colon == '\t')
+            colon++;
+        size_t len = strcspn(colon, "\n");
+        if (len > 0)
+            snprintf(buf, size, "%.*s", (int)len, colon);
+        break;
+    }
+    fclose(f);
+}
+
+static rssm_status cpu_create(const char *variant, void **out, rssm_error *err)
+{
+    if (variant && strcmp(variant, "cpu") != 0)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cpu backend has no variant '%s'", variant);
+    cpu_ctx *c = calloc(1, sizeof *c);
+    if (!c)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+    rssm_status st = thread_count(&c->thread_count, &c->threads_from_env, err);
+    if (st == RSSM_OK)
+        st = rssm_thread_pool_create(c->thread_count, &c->threads, err);
+    if (st != RSSM_OK) {
+        free(c);
+        return st;
+    }
+    read_cpu_name(c->device, sizeof c->device);
+    *out = c;
+    return rssm_clear_error(err);
+}
+
+static void cpu_destroy(void *ctx)
+{
+    cpu_ctx *c = ctx;
+    if (!c)
+        return;
+    rssm_thread_pool_destroy(&c->threads);
+    free(c);
+}
+
+static const char *cpu_device(void *ctx) { return ((cpu_ctx *)ctx)->device; }
+
+static void cpu_describe(void *ctx, char *buf, size_t size)
+{
+    cpu_ctx *c = ctx;
+    snprintf(buf, size,
+             "device: %s\n"
+             "threads: %u (%s)\n"
+             "kernels: %s vector code (compiler target), no FMA contraction, fp32 arithmetic\n",
+             c->device, c->thread_count,
+             c->threads_from_env ? "from RSSM_CPU_THREADS" : "online cores; set RSSM_CPU_THREADS to change",
+             rssm_cpu_kernels_isa());
+}
+
+static rssm_status cpu_supports(void *ctx, const rssm_model *m, rssm_error *err)
+{
+    (void)ctx;
+    /* Every valid model: the kernels take every shape, dtype, gate and L. */
+    return rssm_model_validate(m, err);
+}
+
+/* ------------------------------------------------------------------- pool */
+
+static rssm_status cpu_pool_create(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
+                                   uint32_t slots, void **out, rssm_error *err)
+{
+    (void)ctx;
+    (void)m;
+    if (slots == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cpu pool: slots must be >= 1");
+    if (layout->slot_bytes != 0 && slots > SIZE_MAX / layout->slot_bytes)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
+                              "cpu pool: %u slots of %zu bytes overflow the address space", slots,
+                              layout->slot_bytes);
+    cpu_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu pool: out of host memory");
+    const size_t bytes = (size_t)slots * layout->slot_bytes;
+    p->base = alloc_pool(bytes);
+    if (!p->base) {
+        free(p);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
+                              "cpu pool: could not allocate %zu bytes for %u slots of %zu bytes",
+                              bytes, slots, layout->slot_bytes);
+    }
+    p->slots = slots;
+    p->slot_bytes = layout->slot_bytes;
+    *out = p;
+    return rssm_clear_error(err);
+}
+
+static void cpu_pool_destroy(void *ctx, void *pool)
+{
+    (void)ctx;
+    cpu_pool *p = pool;
+    if (!p)
+        return;
+    free(p->base);
+    free(p);
+}
+
+static rssm_status cpu_slot_read(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err)
+{
+    (void)ctx;
+    cpu_pool *p = pool;
+    if (slot >= p->slots)
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool has %u)", slot,
+                              p->slots);
+    memcpy(bytes, p->base + (size_t)slot * p->slot_bytes, p->slot_bytes);
+    return rssm_clear_error(err);
+}
+
+static rssm_status cpu_slot_write(void *ctx, void *pool, uint32_t slot, const void *bytes,
+                                  rssm_error *err)
+{
+    (void)ctx;
+    cpu_pool *p = pool;
+    if (slot >= p->slots)
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool has %u)", slot,
+                              p->slots);
+    memcpy(p->base + (size_t)slot * p->slot_bytes, bytes, p->slot_bytes);
+    return rssm_clear_error(err);
+}
+
+/* ------------------------------------------------------------------ batch */
+
+static void cpu_batch_destroy(void *ctx, void *batch)
+{
+    (void)ctx;
+    cpu_batch *b = batch;
+    if (!b)
+        return;
+    free(b->q);
+    free(b->k);
+    free(b->v);
+    free(b->out);
+    free(b->gate);
+    free(b->beta);
+    free(b->A_log);
+    free(b->dt_bias);
+    free(b->header);
+    free(b->scratch);
+    free(b);
+}
+
+static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,
+                                    void **out, rssm_error *err)
+{
+    cpu_ctx *c = ctx;
+    if (params->max_rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cpu batch: max_rows must be >= 1");
+    cpu_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu batch: out of host memory");
+    b->ctx = c;
+    b->pool = pool;
+    b->params = *params;
+
+    const rssm_kernel_params *p = params;
+    const size_t io = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t gw = p->gate_kind == RSSM_CODE_GATE_KDA ? p->head_k : 1;
+    const size_t H = p->num_qk_heads, HV = p->num_v_heads;
+    b->row_sizes.q = b->row_sizes.k = H * p->head_k * io;
+    b->row_sizes.v = b->row_sizes.out = HV * p->head_v * io;
+    b->row_sizes.gate = HV * gw * sizeof(float);
+    b->row_sizes.beta = HV * sizeof(float);
+    const size_t lr = (size_t)p->layers * p->max_rows; /* [layers][max_rows] */
+
+    /* Sizes are bounded by validation (K, V <= 256, HV <= 1024, layers <=
+     * 4096) times max_rows (32 bits): no overflow on a 64-bit host. */
+    b->q = alloc_aligned(lr * b->row_sizes.q);
+    b->k = alloc_aligned(lr * b->row_sizes.k);
+    b->v = alloc_aligned(lr * b->row_sizes.v);
+    b->out = alloc_aligned(lr * b->row_sizes.out);
+    b->gate = alloc_aligned(lr * b->row_sizes.gate);
+    b->beta = alloc_aligned(lr * b->row_sizes.beta);
+    /* zero gate weights until set: defined values, never garbage */
+    b->A_log = calloc(p->layers * HV, sizeof(float));
+    b->dt_bias = calloc(p->layers * HV * gw, sizeof(float));
+    b->header = calloc(p->max_rows, sizeof *b->header);
+    b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
+    b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
+    if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
+        !b->header || !b->scratch) {
+        cpu_batch_destroy(ctx, b);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
+                              "cpu batch: could not allocate buffers for %u rows x %u layers",
+                              p->max_rows, p->layers);
+    }
+    *out = b;
+    return rssm_clear_error(err);
+}
+
+static rssm_status cpu_batch_set_gate_params(void *ctx, void *batch, uint32_t layer,
+                                             const float *A_log, const float *dt_bias,
+                                             rssm_error *err)
+{
+    (void)ctx;
+    cpu_batch *b = batch;
+    const rssm_kernel_params *p = &b->params;
+    if (layer >= p->layers)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer %u is out of range (model has %u)",
+                              layer, p->layers);
+    if (!A_log || !dt_bias)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "A_log and dt_bias must not be NULL");
+    const size_t HV = p->num_v_heads;
+    const size_t gw = p->gate_kind == RSSM_CODE_GATE_KDA ? p->head_k : 1;
+    memcpy(b->A_log + layer * HV, A_log, HV * sizeof(float));
+    memcpy(b->dt_bias + layer * HV * gw, dt_bias, HV * gw * sizeof(float));
+    return rssm_clear_error(err);
+}
+
+/* Host [layers][rows][row_bytes] into device [layers][max_rows][row_bytes]. */
+static void copy_in(void *dst, const void *src, size_t row_bytes, uint32_t layers, uint32_t rows,
+                    uint32_t max_rows)
+{
+    for (uint32_t l = 0; l < layers; l++)
+        memcpy((uint8_t *)dst + (size_t)l * max_rows * row_bytes,
+               (const uint8_t *)src + (size_t)l * rows * row_bytes, rows * row_bytes);
+}
+
+static rssm_status cpu_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_step_inputs *in,
+                                    rssm_error *err)
+{
+    (void)ctx;
+    cpu_batch *b = batch;
+    const rssm_kernel_params *p = &b->params;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%u rows exceed the batch's %u", rows,
+                              p->max_rows);
+    if (!in || !in->q || !in->k || !in->v || !in->gate || !in->beta)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "step inputs q, k, v, gate and beta must not be NULL");
+    const rssm_io_sizes *s = &b->row_sizes;
+    copy_in(b->q, in->q, s->q, p->layers, rows, p->max_rows);
+    copy_in(b->k, in->k, s->k, p->layers, rows, p->max_rows);
+    copy_in(b->v, in->v, s->v, p->layers, rows, p->max_rows);
+    copy_in(b->gate, in->gate, s->gate, p->layers, rows, p->max_rows);
+    copy_in(b->beta, in->beta, s->beta, p->layers, rows, p->max_rows);
+    return rssm_clear_error(err);
+}
+
+typedef struct run_args {
+    cpu_batch *b;
+    rssm_cpu_step_io io;
+    size_t chunk; /* heads per work item */
+} run_args;
+
+/* Item i is the heads [i*chunk, (i+1)*chunk) of the (layer, row, hv)
+ * enumeration with hv fastest: consecutive heads of one (layer, row) are
+ * consecutive checkpoints in memory, so one worker streams through a chunk
+ * and the kernel's prefetch runs ahead into the next head. */
+static void run_item(void *ctx, size_t item, unsigned worker)
+{
+    run_args *a = ctx;
+    cpu_batch *b = a->b;
+    const uint32_t HV = b->params.num_v_heads;
+    const size_t total = (size_t)b->params.layers * b->rows * HV;
+    const size_t end = (item + 1) * a->chunk < total ? (item + 1) * a->chunk : total;
+    float *scratch = b->scratch + (size_t)worker * b->scratch_floats;
+    for (size_t i = item * a->chunk; i < end; i++) {
+        const uint32_t hv = (uint32_t)(i % HV);
+        const size_t lr = i / HV;
+        const uint32_t row = (uint32_t)(lr % b->rows);
+        const uint32_t layer = (uint32_t)(lr / b->rows);
+        rssm_cpu_step_head(&b->params, b->pool->base, &a->io, &b->header[row], row, layer, hv,
+                           scratch);
+    }
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                                 rssm_error *err)
+{
+    cpu_ctx *c = ctx;
+    cpu_batch *b = batch;
+    const rssm_kernel_params *p = &b->params;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%u rows exceed the batch's %u", rows,
+                              p->max_rows);
+    /* The kernel trusts the header; a bad entry would read or write outside
+     * the slot, so check it here where it is cheap. */
+    const int replay = (p->flags & RSSM_FLAG_REPLAY) != 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        if (hdr[r].slot >= b->pool->slots)
+            return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "row %u: slot %u is out of range (pool has %u)",
+                                  r, hdr[r].slot, b->pool->slots);
+        if (hdr[r].write_pos > (replay ? p->ring_cap : 0u))
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "row %u: write_pos %u is beyond the ring (L = %u)", r,
+                                  hdr[r].write_pos, p->ring_len);
+    }
+    memcpy(b->header, hdr, rows * sizeof *hdr);
+    b->rows = rows;
+    run_args a = {
+        .b = b,
+        .io = {.q = b->q, .k = b->k, .v = b->v, .gate = b->gate, .beta = b->beta,
+               .A_log = b->A_log, .dt_bias = b->dt_bias, .out = b->out},
+    };
+    /* About 8 items per thread balances uneven heads (flush or not, ring
+     * positions); at most one (layer, row) worth of heads per item. */
+    const size_t heads = (size_t)p->layers * rows * p->num_v_heads;
+    size_t chunk = heads / ((size_t)c->thread_count * 8);
+    a.chunk = chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk);
+    const double t0 = now_seconds();
+    rssm_thread_pool_for(c->threads, (heads + a.chunk - 1) / a.chunk, run_item, &a);
+    b->last_seconds = now_seconds() - t0;
+    return rssm_clear_error(err);
+}
+
+static rssm_status cpu_batch_download(void *ctx, void *batch, uint32_t rows, void *out,
+                                      rssm_error *err)
+{
+    (void)ctx;
+    cpu_batch *b = batch;
+    const rssm_kernel_params *p = &b->params;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%u rows exceed the batch's %u", rows,
+                              p->max_rows);
+    const size_t row_bytes = b->row_sizes.out;
+    for (uint32_t l = 0; l < p->layers; l++)
+        memcpy((uint8_t *)out + (size_t)l * rows * row_bytes,
+               (const uint8_t *)b->out + (size_t)l * p->max_rows * row_bytes, rows * row_bytes);
+    return rssm_clear_error(err);
+}
+
+static double cpu_batch_last_run_seconds(void *ctx, void *batch)
+{
+    (void)ctx;
+    return ((const cpu_batch *)batch)->last_seconds;
+}
+
+static const char *const cpu_variants[] = {"cpu", NULL};
+
+const rssm_backend_ops rssm_cpu_backend_ops = {
+    .name = "cpu",
+    .variants = cpu_variants,
+    .create = cpu_create,
+    .destroy = cpu_destroy,
+    .device = cpu_device,
+    .describe = cpu_describe,
+    .supports = cpu_supports,
+    .pool_create = cpu_pool_create,
+    .pool_destroy = cpu_pool_destroy,
+    .slot_read = cpu_slot_read,
+    .slot_write = cpu_slot_write,
+    .batch_create = cpu_batch_create,
+    .batch_destroy = cpu_batch_destroy,
+    .batch_set_gate_params = cpu_batch_set_gate_params,
+    .batch_upload = cpu_batch_upload,
+    .batch_run = cpu_batch_run,
+    .batch_download = cpu_batch_download,
+    .batch_last_run_seconds = cpu_batch_last_run_seconds,
+};

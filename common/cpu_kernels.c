@@ -1,0 +1,684 @@
+/*
+ * The decode step on host memory (see cpu_kernels.h for the contract and
+ * /work/shared/DESIGN.md §1 for the math).
+ *
+ * Shape of one call, for one (row, layer, value head), n = write_pos:
+ *   1. load q, k, v; normalise, scale; compute the gate (g, alpha, beta);
+ *   2. walk the ring newest to oldest once: decays gamma_j and Gamma, the
+ *      weighted keys W_j = k_j * gamma_j * alpha (the same vectors serve the
+ *      readout coefficients and the flush), and the 2n coefficients
+ *      c_j(q) = W_j . q, c_j(k) = W_j . k;
+ *   3. the ring part of S̄q and S̄k for every value row: one n-term sum per
+ *      row, computed for all rows at once;
+ *   4. one pass over the checkpoint rows, four at a time: both dot products
+ *      C[v] . (aG*q) and C[v] . (aG*k) share each load of C[v]; then d and
+ *      o; on a flush the new rows C'[v] = C[v]*aG + sum_j d_j[v] W_j + d[v] k
+ *      are written right away, while the block is still in L1, so C is read
+ *      from memory once and written once;
+ *   5. no flush: append (d, k, g) to the ring.
+ * Packed decode is this with n = 0 and every step a flush: the same code,
+ * hence bit-identical to replay with L = 1.
+ *
+ * Elementwise loops over K or V are plain loops over contiguous
+ * restrict-qualified arrays, which the compiler vectorises. Reductions keep
+ * RSSM_LANES independent partial sums added in a fixed order, written with
+ * explicit vectors (see "vectors and sums"): nothing is reassociated, so
+ * every build (SSE2, AVX, AVX-512, the plain C fallback) gives the same bits.
+ */
+/* Two code generation settings this file depends on, pinned here so that a
+ * change of build flags cannot undo them:
+ * - no FMA contraction: -std=c11 already implies it, but a GNU dialect or a
+ *   -march with FMA would otherwise fuse a*b+c where the hardware allows,
+ *   and the same source would give different bits on different builds;
+ * - no trapping math: the branch-free conversions and fast_expf are selects
+ *   between values computed unconditionally, and under the default
+ *   -ftrapping-math GCC will not if-convert a select whose arms hold
+ *   floating-point operations, so no loop calling them would vectorise.
+ *   Nothing here reads the floating-point flags; no result changes. */
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+#elif defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#include "cpu_kernels.h"
+
+#include <math.h>
+#include <string.h>
+#if defined(__F16C__) && !defined(RSSM_CPU_PLAIN_C)
+#define RSSM_F16C 1
+#include <immintrin.h>
+#endif
+
+/* Each scratch array starts on a 64-byte boundary. */
+#define RSSM_SCRATCH_ALIGN_FLOATS 16u
+
+/* ------------------------------------------------------------ conversions */
+
+static inline uint32_t f32_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, sizeof u);
+    return u;
+}
+
+static inline float bits_f32(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+/* Same results as dtype.h, written as selects instead of branches. */
+static inline float f16_to_f32(uint16_t h)
+{
+    const uint32_t sign = ((uint32_t)h & 0x8000u) << 16;
+    const uint32_t u = ((uint32_t)h & 0x7fffu) << 13; /* exponent and mantissa in place */
+    const uint32_t exp = u & 0x0f800000u;
+    const uint32_t normal = u + 0x38000000u;           /* rebias 15 -> 127 */
+    const uint32_t infnan = u + 0x70000000u;           /* exponent 31 -> 255 */
+    /* zero and subnormals: (1.man * 2^-14) - 2^-14 is exact */
+    const uint32_t sub = f32_bits(bits_f32(u + 0x38800000u) - bits_f32(0x38800000u));
+    uint32_t r = exp == 0 ? sub : normal;
+    r = exp == 0x0f800000u ? infnan : r;
+    return bits_f32(r | sign);
+}
+
+static inline uint16_t f32_to_f16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint32_t sign = (u >> 16) & 0x8000u;
+    const uint32_t a = u & 0x7fffffffu;
+    /* below 2^-14: adding 0.5 (whose ulp is 2^-24, the smallest fp16
+     * subnormal) rounds to nearest even in hardware */
+    const uint32_t sub = f32_bits(bits_f32(a) + 0.5f) - 0x3f000000u;
+    /* normal: rebias 127 -> 15 and round the 13 dropped bits to nearest even */
+    const uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
+    uint32_t r = a < 0x38800000u ? sub : norm;
+    r = a >= 0x477ff000u ? 0x7c00u : r;
+    r = a > 0x7f800000u ? 0x7e00u : r;
+    return (uint16_t)(sign | r);
+}
+
+static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+
+static inline uint16_t f32_to_bf16(float f)
+{
+    const uint32_t u = f32_bits(f);
+    const uint32_t nan = (u >> 16) | 0x0040u;
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+}
+
+float rssm_cpu_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
+uint16_t rssm_cpu_f32_to_f16(float f) { return f32_to_f16(f); }
+uint16_t rssm_cpu_f32_to_bf16(float f) { return f32_to_bf16(f); }
+
+/* n elements of dtype `t` (a RSSM_CODE_DTYPE_*) at src, as fp32. */
+static void load_f32(float *restrict dst, const void *restrict src, uint32_t t, uint32_t n)
+{
+    if (t == RSSM_CODE_DTYPE_F16) {
+        const uint16_t *restrict s = src;
+        uint32_t i = 0;
+#if defined(RSSM_F16C)
+        /* the conversion instruction: exact, as f16_to_f32 (NaN payloads aside) */
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
+#endif
+        for (; i < n; i++)
+            dst[i] = f16_to_f32(s[i]);
+    } else if (t == RSSM_CODE_DTYPE_BF16) {
+        const uint16_t *restrict s = src;
+        for (uint32_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+/* n fp32 values stored as dtype `t`, rounding to nearest even. */
+static void store_f32(void *restrict dst, const float *restrict src, uint32_t t, uint32_t n)
+{
+    if (t == RSSM_CODE_DTYPE_F16) {
+        uint16_t *restrict d = dst;
+        uint32_t i = 0;
+#if defined(RSSM_F16C)
+        /* the conversion instruction, round to nearest even: the same bits
+         * as f32_to_f16 except for NaN payloads (a NaN stays a NaN) */
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(void *)(d + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < n; i++)
+            d[i] = f32_to_f16(src[i]);
+    } else if (t == RSSM_CODE_DTYPE_BF16) {
+        uint16_t *restrict d = dst;
+        for (uint32_t i = 0; i < n; i++)
+            d[i] = f32_to_bf16(src[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+/* --------------------------------------------------------------- math */
+
+/* Cephes' expf: x = k ln2 + r with |r| <= ln2/2 (Cody-Waite split of ln2),
+ * a degree-7 polynomial for e^r, and 2^k built in the exponent bits. No
+ * branches, so loops over it vectorise; no libm call, so every decay is
+ * computed the same way on every platform. */
+static inline float fast_expf(float x)
+{
+    float xc = x < -87.0f ? -87.0f : x;
+    xc = xc > 88.0f ? 88.0f : xc;
+    /* round to nearest: adding 1.5 * 2^23 pushes the fraction out */
+    const float kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+    float r = xc - kf * 0.693359375f;
+    r = r - kf * -2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    const float e = p * (r * r) + r + 1.0f;
+    /* kf is an integer in [-126, 127], so 2^kf is a normal float */
+    const float scale = bits_f32((uint32_t)((int32_t)kf + 127) << 23);
+    const float y = e * scale;
+    return x != x ? x : y;
+}
+
+float rssm_cpu_expf(float x) { return fast_expf(x); }
+
+static float softplus(float x)
+{
+    return x > RSSM_SOFTPLUS_THRESHOLD ? x : log1pf(expf(x));
+}
+
+static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ------------------------------------------------------ vectors and sums
+ *
+ * Every dot product over K keeps RSSM_LANES = 8 partial sums (lane l adds
+ * the products of the elements i = l mod 8, in order of i) and adds them in
+ * one fixed tree: t_l = s_l + s_(l+4), then (t_0 + t_2) + (t_1 + t_3). The
+ * flush updates rows in blocks of 16 columns held in registers.
+ *
+ * GCC and Clang get this through vector types of the target's width
+ * (RSSM_VF floats): their loop vectoriser handles "partial sums" loops badly
+ * (it re-vectorises the outer loop with shuffles, 4-5x slower than plain
+ * SSE), so the vectors are spelled out. Elsewhere vf is a float and the same
+ * loops run lane by lane. Same arithmetic in the same order: every build
+ * computes the same bits. Defining RSSM_CPU_PLAIN_C forces the plain loops,
+ * so a test build can check that they still agree bit for bit. */
+#define RSSM_LANES 8u
+#if defined(__GNUC__) && !defined(RSSM_CPU_PLAIN_C)
+#define RSSM_VECTOR_EXT 1
+#if defined(__AVX__)
+#define RSSM_VF 8u
+#else
+#define RSSM_VF 4u
+#endif
+typedef float vf __attribute__((vector_size(RSSM_VF * sizeof(float))));
+typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
+#else
+#define RSSM_VECTOR_EXT 0
+#define RSSM_VF 1u
+typedef float vf;
+#endif
+#define RSSM_NV (RSSM_LANES / RSSM_VF) /* vectors per set of partial sums */
+/* Checkpoint rows per block of the row pass; V is a multiple of 4. */
+#define RSSM_ROW_BLOCK 4u
+
+static inline vf vload(const float *p)
+{
+    vf v;
+    memcpy(&v, p, sizeof v);
+    return v;
+}
+
+static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
+
+/* s[0..8) -> the tree. `tail` (n % 8 == 4: the last four products, else
+ * NULL) is added to lanes 0..3 first, as their last terms. */
+static inline float tree_sum(const float *s, const float *tail)
+{
+    float t[4];
+    for (uint32_t l = 0; l < 4; l++)
+        t[l] = (tail ? s[l] + tail[l] : s[l]) + s[l + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* The partial sums of a . b over the first n & ~7 elements. */
+static inline void partial_dot(const float *restrict a, const float *restrict b, uint32_t n,
+                               vf acc[RSSM_NV])
+{
+    memset(acc, 0, RSSM_NV * sizeof(vf));
+    for (uint32_t i = 0; i + RSSM_LANES <= n; i += RSSM_LANES)
+        for (uint32_t u = 0; u < RSSM_NV; u++)
+            acc[u] += vload(a + i + u * RSSM_VF) * vload(b + i + u * RSSM_VF);
+}
+
+static inline float dot(const float *restrict a, const float *restrict b, uint32_t n)
+{
+    vf acc[RSSM_NV];
+    partial_dot(a, b, n, acc);
+    float s[RSSM_LANES], tail[4];
+    memcpy(s, acc, sizeof s);
+    const uint32_t i = n & ~(RSSM_LANES - 1); /* n is a multiple of 4 */
+    if (i < n)
+        for (uint32_t l = 0; l < 4; l++)
+            tail[l] = a[i + l] * b[i + l];
+    return tree_sum(s, i < n ? tail : NULL);
+}
+
+#if RSSM_VECTOR_EXT
+/* First tree level of one set of partial sums: lanes l and l + 4, with the
+ * tail products, if any, added to lanes 0..3 first (as in tree_sum). */
+static inline v4 first_level(const vf acc[RSSM_NV], const v4 *tail)
+{
+#if RSSM_VF == 8
+    const v4 lo = __builtin_shufflevector(acc[0], acc[0], 0, 1, 2, 3);
+    const v4 hi = __builtin_shufflevector(acc[0], acc[0], 4, 5, 6, 7);
+#else
+    const v4 lo = acc[0], hi = acc[1];
+#endif
+    return (tail ? lo + *tail : lo) + hi;
+}
+
+/* The rest of the tree for four rows at once: transpose t_r so lane r of
+ * column c_l holds t_r[l], then (c_0 + c_2) + (c_1 + c_3). */
+static inline v4 last_levels(v4 t0, v4 t1, v4 t2, v4 t3)
+{
+    const v4 a = __builtin_shufflevector(t0, t1, 0, 4, 1, 5);
+    const v4 b = __builtin_shufflevector(t0, t1, 2, 6, 3, 7);
+    const v4 c = __builtin_shufflevector(t2, t3, 0, 4, 1, 5);
+    const v4 e = __builtin_shufflevector(t2, t3, 2, 6, 3, 7);
+    const v4 c0 = __builtin_shufflevector(a, c, 0, 1, 4, 5);
+    const v4 c1 = __builtin_shufflevector(a, c, 2, 3, 6, 7);
+    const v4 c2 = __builtin_shufflevector(b, e, 0, 1, 4, 5);
+    const v4 c3 = __builtin_shufflevector(b, e, 2, 3, 6, 7);
+    return (c0 + c2) + (c1 + c3);
+}
+#endif
+
+/* Rows of a block that share each load of x and y: all four when the
+ * accumulators fit the registers (8 AVX registers), else two at a time. */
+#define RSSM_DOT_ROWS (RSSM_NV == 1u ? 4u : 2u)
+
+/* sx[r] = row_r . x and sy[r] = row_r . y for the RSSM_ROW_BLOCK rows of
+ * `rows` (K apart), in one pass over them. */
+static inline void dot2_block(const float *restrict rows, uint32_t K, const float *restrict x,
+                              const float *restrict y, float *sx, float *sy)
+{
+    enum { NR = RSSM_DOT_ROWS };
+    const uint32_t main = K & ~(RSSM_LANES - 1), has_tail = main < K;
+#if RSSM_VECTOR_EXT
+    v4 tx[RSSM_ROW_BLOCK], ty[RSSM_ROW_BLOCK];
+    v4 tail_x = {0}, tail_y = {0};
+    if (has_tail) {
+        memcpy(&tail_x, x + main, sizeof tail_x);
+        memcpy(&tail_y, y + main, sizeof tail_y);
+    }
+#endif
+    for (uint32_t r0 = 0; r0 < RSSM_ROW_BLOCK; r0 += NR) {
+        vf ax[NR][RSSM_NV], ay[NR][RSSM_NV];
+        memset(ax, 0, sizeof ax);
+        memset(ay, 0, sizeof ay);
+        for (uint32_t i = 0; i < main; i += RSSM_LANES) {
+            for (uint32_t u = 0; u < RSSM_NV; u++) {
+                const vf xv = vload(x + i + u * RSSM_VF), yv = vload(y + i + u * RSSM_VF);
+                for (uint32_t r = 0; r < NR; r++) {
+                    const vf rv = vload(rows + (size_t)(r0 + r) * K + i + u * RSSM_VF);
+                    ax[r][u] += rv * xv;
+                    ay[r][u] += rv * yv;
+                }
+            }
+        }
+        for (uint32_t r = 0; r < NR; r++) {
+            const float *row = rows + (size_t)(r0 + r) * K;
+#if RSSM_VECTOR_EXT
+            v4 rt = {0}, px = {0}, py = {0};
+            if (has_tail) {
+                memcpy(&rt, row + main, sizeof rt);
+                px = rt * tail_x;
+                py = rt * tail_y;
+            }
+            tx[r0 + r] = first_level(ax[r], has_tail ? &px : NULL);
+            ty[r0 + r] = first_level(ay[r], has_tail ? &py : NULL);
+#else
+            float s[RSSM_LANES], tail[4];
+            memcpy(s, ax[r], sizeof s);
+            for (uint32_t l = 0; has_tail && l < 4; l++)
+                tail[l] = row[main + l] * x[main + l];
+            sx[r0 + r] = tree_sum(s, has_tail ? tail : NULL);
+            memcpy(s, ay[r], sizeof s);
+            for (uint32_t l = 0; has_tail && l < 4; l++)
+                tail[l] = row[main + l] * y[main + l];
+            sy[r0 + r] = tree_sum(s, has_tail ? tail : NULL);
+#endif
+        }
+    }
+#if RSSM_VECTOR_EXT
+    const v4 rx = last_levels(tx[0], tx[1], tx[2], tx[3]);
+    const v4 ry = last_levels(ty[0], ty[1], ty[2], ty[3]);
+    memcpy(sx, &rx, sizeof rx);
+    memcpy(sy, &ry, sizeof ry);
+#endif
+}
+
+/* Rows updated together by the flush: each W_j block loaded serves this
+ * many rows, and the RSSM_FLUSH_ROWS x 16 accumulators stay in registers
+ * (8 of them on SSE and on AVX). */
+#define RSSM_FLUSH_ROWS (RSSM_VF >= 8u ? 4u : 2u)
+#define RSSM_FLUSH_COLS 16u
+#define RSSM_FLUSH_NV (RSSM_FLUSH_COLS / RSSM_VF)
+
+/* RSSM_FLUSH_ROWS rows of the new checkpoint (fp32, rows K apart):
+ *   out_r = crow_r*aG + sum_j dcol[j*dstride + r] W_j + dv[r]*k
+ * 16 columns at a time, held in registers across the n ring terms.
+ * out may be crow (an fp32 checkpoint is updated in place): each block is
+ * read whole before any of it is written, so out and crow are not restrict. */
+static void flush_rows(float *out, const float *crow, const float *restrict aG,
+                       const float *restrict W, const float *restrict dcol, uint32_t dstride,
+                       uint32_t n, uint32_t K, const float *restrict dv, const float *restrict k)
+{
+    enum { RB = RSSM_FLUSH_ROWS };
+    uint32_t c = 0;
+    for (; c + RSSM_FLUSH_COLS <= K; c += RSSM_FLUSH_COLS) {
+        vf acc[RB][RSSM_FLUSH_NV];
+        for (uint32_t r = 0; r < RB; r++)
+            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
+                acc[r][u] = vload(crow + (size_t)r * K + c + u * RSSM_VF) * vload(aG + c + u * RSSM_VF);
+        for (uint32_t j = 0; j < n; j++) {
+            const float *restrict w = W + (size_t)j * K + c;
+            const float *restrict dj = dcol + (size_t)j * dstride;
+            vf wv[RSSM_FLUSH_NV];
+            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
+                wv[u] = vload(w + u * RSSM_VF);
+            for (uint32_t r = 0; r < RB; r++)
+                for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
+                    acc[r][u] += wv[u] * dj[r];
+        }
+        for (uint32_t r = 0; r < RB; r++)
+            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
+                vstore(out + (size_t)r * K + c + u * RSSM_VF, acc[r][u] + vload(k + c + u * RSSM_VF) * dv[r]);
+    }
+    /* the last K % 16 columns, the same operations one at a time */
+    for (; c < K; c++) {
+        for (uint32_t r = 0; r < RB; r++) {
+            float acc = crow[(size_t)r * K + c] * aG[c];
+            for (uint32_t j = 0; j < n; j++)
+                acc += W[(size_t)j * K + c] * dcol[(size_t)j * dstride + r];
+            out[(size_t)r * K + c] = acc + k[c] * dv[r];
+        }
+    }
+}
+
+/* ------------------------------------------------------------ scratch */
+
+static size_t round_up(size_t n) { return (n + RSSM_SCRATCH_ALIGN_FLOATS - 1) / RSSM_SCRATCH_ALIGN_FLOATS * RSSM_SCRATCH_ALIGN_FLOATS; }
+
+/* Where each array of one call's scratch lives. */
+typedef struct scratch_map {
+    float *q, *k, *xq, *xk, *aG, *alpha, *g, *v, *d, *o, *rq, *rk;
+    float *s;          /* KDA: running sum of the ring's log-decays */
+    float *row, *rout; /* a block of bf16 checkpoint rows, old and new, as fp32 */
+    float *W;      /* [cap][K] weighted ring keys */
+    float *D;      /* [cap][V] ring d as fp32 (16-bit rings only) */
+    float *cq, *ck; /* [cap] c_j(q), c_j(k) */
+} scratch_map;
+
+static size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_map *m)
+{
+    const size_t K = p->head_k, V = p->head_v, cap = p->ring_cap;
+    size_t at = 0;
+#define TAKE(field, count)                         \
+    do {                                           \
+        if (m)                                     \
+            m->field = base + at;                  \
+        at += round_up(count);                     \
+    } while (0)
+    TAKE(q, K); TAKE(k, K); TAKE(xq, K); TAKE(xk, K); TAKE(aG, K); TAKE(alpha, K);
+    TAKE(g, K); TAKE(s, K);
+    TAKE(row, RSSM_ROW_BLOCK * K); TAKE(rout, RSSM_ROW_BLOCK * K);
+    TAKE(v, V); TAKE(d, V); TAKE(o, V); TAKE(rq, V); TAKE(rk, V);
+    TAKE(W, cap * K); TAKE(D, cap * V);
+    TAKE(cq, cap); TAKE(ck, cap);
+#undef TAKE
+    return at;
+}
+
+size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p) { return scratch_layout(p, NULL, NULL); }
+
+/* -------------------------------------------------------------- the step */
+
+/* The checkpoint is one sequential stream per head, which the hardware
+ * prefetcher follows best alone: software prefetching its rows ahead made
+ * every step 15-25% slower. What it cannot guess is the ring and the first
+ * rows, needed after the input and gate math: those are requested up front.
+ * Rows of the checkpoint requested up front: */
+#define RSSM_PREFETCH_ROWS 8u
+
+static inline void prefetch_bytes(const void *p, size_t bytes)
+{
+#if defined(__GNUC__)
+    for (size_t at = 0; at < bytes; at += 64)
+        __builtin_prefetch((const char *)p + at, 0, 3);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+static size_t dtype_bytes(uint32_t t) { return t == RSSM_CODE_DTYPE_F32 ? 4 : 2; }
+
+/* x <- x / sqrt(sum x^2 + eps) */
+static void l2_normalise(float *restrict x, uint32_t n)
+{
+    const float norm = sqrtf(dot(x, x, n) + RSSM_L2NORM_EPS);
+    for (uint32_t i = 0; i < n; i++)
+        x[i] = x[i] / norm;
+}
+
+void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
+                        const rssm_cpu_step_io *io, const rssm_row_header *row,
+                        uint32_t row_index, uint32_t layer, uint32_t hv, float *scratch)
+{
+    const uint32_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
+    const uint32_t group = HV / H, h = hv / group;
+    const uint32_t cap = p->ring_cap;
+    const int kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t gw = kda ? K : 1; /* gate values per head */
+    const int replay = (p->flags & RSSM_FLAG_REPLAY) != 0;
+    const uint32_t n = replay ? row->write_pos : 0;
+    const int flush = !replay || n + 1 == p->ring_len || row->force != 0;
+    const size_t io_size = dtype_bytes(p->io_dtype);
+    const size_t ring_size = dtype_bytes(p->ring_dtype);
+    const size_t br = (size_t)layer * p->max_rows + row_index; /* [layer][row] */
+
+    scratch_map s;
+    scratch_layout(p, scratch, &s);
+
+    uint8_t *lb = pool_base + (size_t)row->slot * p->slot_bytes + (size_t)layer * p->layer_bytes;
+    uint8_t *ckpt = lb + (size_t)hv * V * K * dtype_bytes(p->state_dtype);
+    uint8_t *ring_d = lb + p->ring_d_offset + (size_t)hv * cap * V * ring_size;
+    uint8_t *ring_k = lb + p->ring_k_offset + (size_t)h * cap * K * ring_size;
+    float *ring_g = (float *)(void *)(lb + p->ring_g_offset) + (size_t)hv * cap * gw;
+
+    /* The ring entries are scattered small reads the hardware prefetcher
+     * does not predict. Request them now, and those of the next value head
+     * (the caller's next item, usually), which then arrive during this
+     * whole step; also the first checkpoint rows, needed after the input
+     * and gate math. */
+    prefetch_bytes(ring_d, (size_t)n * V * ring_size);
+    prefetch_bytes(ring_k, (size_t)n * K * ring_size);
+    prefetch_bytes(ring_g, (size_t)n * gw * sizeof(float));
+    if (hv + 1 < HV) {
+        prefetch_bytes(ring_d + (size_t)cap * V * ring_size, (size_t)n * V * ring_size);
+        if ((hv + 1) % group == 0)
+            prefetch_bytes(ring_k + (size_t)cap * K * ring_size, (size_t)n * K * ring_size);
+        prefetch_bytes(ring_g + (size_t)cap * gw, (size_t)n * gw * sizeof(float));
+    }
+    prefetch_bytes(ckpt, (size_t)RSSM_PREFETCH_ROWS * K * dtype_bytes(p->state_dtype));
+
+    /* 1. inputs */
+    float *restrict q = s.q, *restrict k = s.k;
+    load_f32(q, (const uint8_t *)io->q + (br * H + h) * K * io_size, p->io_dtype, K);
+    load_f32(k, (const uint8_t *)io->k + (br * H + h) * K * io_size, p->io_dtype, K);
+    load_f32(s.v, (const uint8_t *)io->v + (br * HV + hv) * V * io_size, p->io_dtype, V);
+    if (p->flags & RSSM_FLAG_QK_L2NORM) {
+        l2_normalise(q, K);
+        l2_normalise(k, K);
+    }
+    for (uint32_t c = 0; c < K; c++)
+        q[c] = q[c] * p->q_scale;
+
+    /* gate: g (gw values), alpha = exp(g), beta */
+    const float *gate_in = io->gate + (br * HV + hv) * gw;
+    float beta = io->beta[br * HV + hv];
+    float *restrict g = s.g, *restrict alpha = s.alpha;
+    if (p->gate_mode == RSSM_CODE_MODE_PRECOMPUTED) {
+        memcpy(g, gate_in, gw * sizeof(float));
+    } else {
+        const float A = expf(io->A_log[(size_t)layer * HV + hv]);
+        const float *dtb = io->dt_bias + ((size_t)layer * HV + hv) * gw;
+        for (uint32_t c = 0; c < gw; c++) {
+            const float x = gate_in[c] + dtb[c];
+            g[c] = p->gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x)
+                                                      : p->gate_lower_bound * sigmoid(A * x);
+        }
+        beta = sigmoid(beta);
+    }
+    for (uint32_t c = 0; c < gw; c++)
+        alpha[c] = fast_expf(g[c]);
+
+    /* 2. decays and weighted ring keys, newest entry first. W_j also needs
+     * k_j as fp32: convert it straight into W_j, then scale in place. */
+    float *restrict aG = s.aG, *restrict W = s.W;
+    for (uint32_t j = 0; j < n; j++)
+        load_f32(W + (size_t)j * K, ring_k + (size_t)j * K * ring_size, p->ring_dtype, K);
+    if (kda) {
+        float *restrict sum = s.s;
+        for (uint32_t c = 0; c < K; c++)
+            sum[c] = 0.0f;
+        for (uint32_t j = n; j-- > 0;) {
+            float *restrict w = W + (size_t)j * K;
+            const float *restrict gj = ring_g + (size_t)j * K;
+            for (uint32_t c = 0; c < K; c++) {
+                w[c] = (w[c] * fast_expf(sum[c])) * alpha[c];
+                sum[c] += gj[c];
+            }
+        }
+        for (uint32_t c = 0; c < K; c++)
+            aG[c] = alpha[c] * fast_expf(sum[c]);
+    } else {
+        float sum = 0.0f;
+        for (uint32_t j = n; j-- > 0;) {
+            const float wj = fast_expf(sum) * alpha[0];
+            float *restrict w = W + (size_t)j * K;
+            for (uint32_t c = 0; c < K; c++)
+                w[c] = w[c] * wj;
+            sum += ring_g[j];
+        }
+        const float ag = alpha[0] * fast_expf(sum);
+        for (uint32_t c = 0; c < K; c++)
+            aG[c] = ag;
+    }
+    for (uint32_t c = 0; c < K; c++) {
+        s.xq[c] = aG[c] * q[c];
+        s.xk[c] = aG[c] * k[c];
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        s.cq[j] = dot(W + (size_t)j * K, q, K);
+        s.ck[j] = dot(W + (size_t)j * K, k, K);
+    }
+    const float kq = dot(k, q, K);
+
+    /* 3. ring part of S̄q, S̄k for every row: rq = sum_j c_j(q) d_j */
+    const float *D;
+    if (p->ring_dtype == RSSM_CODE_DTYPE_F32) {
+        D = (const float *)(const void *)ring_d;
+    } else {
+        for (uint32_t j = 0; j < n; j++)
+            load_f32(s.D + (size_t)j * V, ring_d + (size_t)j * V * ring_size, p->ring_dtype, V);
+        D = s.D;
+    }
+    float *restrict rq = s.rq, *restrict rk = s.rk;
+    for (uint32_t v = 0; v < V; v++)
+        rq[v] = rk[v] = 0.0f;
+    for (uint32_t j = 0; j < n; j++) {
+        const float *restrict dj = D + (size_t)j * V;
+        const float cqj = s.cq[j], ckj = s.ck[j];
+        for (uint32_t v = 0; v < V; v++) {
+            rq[v] += dj[v] * cqj;
+            rk[v] += dj[v] * ckj;
+        }
+    }
+
+    /* 4. one pass over the checkpoint rows, RSSM_ROW_BLOCK at a time */
+    const int bf16_state = p->state_dtype == RSSM_CODE_DTYPE_BF16;
+    float *restrict d = s.d, *restrict o = s.o;
+    const float *restrict vin = s.v;
+    const size_t row_bytes = (size_t)K * dtype_bytes(p->state_dtype);
+    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
+        const float *crow; /* RSSM_ROW_BLOCK rows, K apart */
+        if (bf16_state) {
+            load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
+            crow = s.row;
+        } else {
+            crow = (const float *)(const void *)ckpt + (size_t)v0 * K;
+        }
+        float sq[RSSM_ROW_BLOCK], sk[RSSM_ROW_BLOCK];
+        dot2_block(crow, K, s.xq, s.xk, sq, sk);
+        for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
+            const uint32_t v = v0 + r;
+            const float sqv = sq[r] + rq[v];
+            const float skv = sk[r] + rk[v];
+            const float dv = beta * (vin[v] - skv);
+            d[v] = dv;
+            o[v] = sqv + dv * kq;
+        }
+        if (!flush)
+            continue;
+        float *dst = bf16_state ? s.rout : (float *)(void *)ckpt + (size_t)v0 * K; /* fp32: in place */
+        for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r += RSSM_FLUSH_ROWS)
+            flush_rows(dst + (size_t)r * K, crow + (size_t)r * K, aG, W, D + v0 + r, V, n, K,
+                       d + v0 + r, k);
+        if (bf16_state)
+            store_f32(ckpt + v0 * row_bytes, s.rout, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
+    }
+
+    /* 5. append to the ring */
+    if (!flush) {
+        store_f32(ring_d + (size_t)n * V * ring_size, d, p->ring_dtype, V);
+        if (hv % group == 0)
+            store_f32(ring_k + (size_t)n * K * ring_size, k, p->ring_dtype, K);
+        memcpy(ring_g + (size_t)n * gw, g, gw * sizeof(float));
+    }
+    store_f32((uint8_t *)io->out + (br * HV + hv) * V * io_size, o, p->io_dtype, V);
+}
+
+#if defined(RSSM_F16C)
+#define RSSM_ISA_F16C "+f16c"
+#else
+#define RSSM_ISA_F16C ""
+#endif
+
+const char *rssm_cpu_kernels_isa(void)
+{
+#if !RSSM_VECTOR_EXT
+    return "plain C";
+#elif defined(__AVX512F__)
+    return "avx512" RSSM_ISA_F16C;
+#elif defined(__AVX2__)
+    return "avx2" RSSM_ISA_F16C;
+#elif defined(__AVX__)
+    return "avx" RSSM_ISA_F16C;
+#elif defined(__SSE2__)
+    return "sse2";
+#elif defined(__ARM_NEON)
+    return "neon";
+#else
+    return "generic vectors";
+#endif
+}

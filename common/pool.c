@@ -1,0 +1,210 @@
+/* The slot pool (DESIGN §3): which slots are taken, each slot's ring cursor,
+ * and the slot operations that work on raw bytes through the backend's
+ * slot_read / slot_write, so they behave the same on every backend. */
+#include "objects.h"
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* A slot whose ring was just emptied by something other than a step. */
+static void reset_cursor(rssm_pool *p, uint32_t slot)
+{
+    p->write_pos[slot] = 0;
+    p->cycle_len[slot] = rssm_pool_first_cycle_len(p, slot);
+}
+
+rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t slots,
+                             rssm_flush_policy policy, rssm_pool **out, rssm_error *err)
+{
+    if (!b || !model || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool: backend, model and out must not be NULL");
+    *out = NULL;
+    if (slots == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool: slots must be > 0");
+    if (policy != RSSM_FLUSH_ALIGNED && policy != RSSM_FLUSH_STAGGERED)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool: unknown flush policy %d", (int)policy);
+    rssm_status st = rssm_backend_supports(b, model, err);
+    if (st != RSSM_OK)
+        return st;
+
+    rssm_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory");
+    p->backend = b;
+    p->model = *model;
+    p->policy = policy;
+    p->capacity = slots;
+    p->free_count = slots;
+    rssm_slot_layout_init(&p->layout, model);
+    p->allocated = calloc(slots, 1);
+    p->write_pos = calloc(slots, sizeof *p->write_pos);
+    p->cycle_len = calloc(slots, sizeof *p->cycle_len);
+    p->scratch = malloc(p->layout.slot_bytes);
+    if (!p->allocated || !p->write_pos || !p->cycle_len || !p->scratch) {
+        rssm_pool_destroy(&p);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory for %u slots", slots);
+    }
+    st = b->ops->pool_create(b->ctx, model, &p->layout, slots, &p->dev, err);
+    if (st != RSSM_OK) {
+        p->dev = NULL;
+        rssm_pool_destroy(&p);
+        return st;
+    }
+    *out = p;
+    return rssm_clear_error(err);
+}
+
+void rssm_pool_destroy(rssm_pool **pp)
+{
+    if (!pp || !*pp)
+        return;
+    rssm_pool *p = *pp;
+    if (p->dev)
+        p->backend->ops->pool_destroy(p->backend->ctx, p->dev);
+    free(p->allocated);
+    free(p->write_pos);
+    free(p->cycle_len);
+    free(p->scratch);
+    free(p);
+    *pp = NULL;
+}
+
+const rssm_model *rssm_pool_model(const rssm_pool *p) { return p ? &p->model : NULL; }
+uint32_t rssm_pool_capacity(const rssm_pool *p) { return p ? p->capacity : 0; }
+uint32_t rssm_pool_free_count(const rssm_pool *p) { return p ? p->free_count : 0; }
+
+rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    if (!p)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool must not be NULL");
+    if (slot >= p->capacity)
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool of %u slots)", slot,
+                              p->capacity);
+    if (!p->allocated[slot])
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is not allocated", slot);
+    return RSSM_OK;
+}
+
+static rssm_status slot_read(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    return p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, p->scratch, err);
+}
+
+static rssm_status slot_write(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, p->scratch, err);
+}
+
+rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
+{
+    if (!p || !slot)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "alloc: pool and slot must not be NULL");
+    if (p->free_count == 0)
+        return rssm_set_error(err, RSSM_ERR_POOL_FULL, "alloc: all %u slots are in use", p->capacity);
+    uint32_t s = 0;
+    while (p->allocated[s])
+        s++;
+    memset(p->scratch, 0, p->layout.slot_bytes);
+    rssm_status st = slot_write(p, s, err);
+    if (st != RSSM_OK)
+        return st;
+    p->allocated[s] = 1;
+    p->free_count--;
+    reset_cursor(p, s);
+    *slot = s;
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    if (!p)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "free: pool must not be NULL");
+    if (slot >= p->capacity)
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "free: slot %u is out of range (pool of %u slots)", slot,
+                              p->capacity);
+    if (!p->allocated[slot])
+        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "free: slot %u is not allocated (double free?)", slot);
+    p->allocated[slot] = 0;
+    p->write_pos[slot] = 0;
+    p->free_count++;
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *write_pos, rssm_error *err)
+{
+    if (!write_pos)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_pos must not be NULL");
+    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    if (st != RSSM_OK)
+        return st;
+    *write_pos = p->write_pos[slot];
+    return rssm_clear_error(err);
+}
+
+/* Folds the ring of `slot` (whose bytes are in scratch) into a float state
+ * and stores it back as a checkpoint; the caller writes scratch back. */
+static rssm_status fold_scratch(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    const size_t elems = (size_t)p->model.layers * p->model.num_v_heads * p->model.head_v * p->model.head_k;
+    float *state = malloc(elems * sizeof *state);
+    if (!state)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "materialise: out of host memory");
+    rssm_slot_fold(&p->model, &p->layout, p->scratch, p->write_pos[slot], state);
+    rssm_slot_store(&p->model, &p->layout, p->scratch, state);
+    free(state);
+    return RSSM_OK;
+}
+
+rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    if (st != RSSM_OK)
+        return st;
+    if (p->write_pos[slot] == 0)
+        return rssm_clear_error(err);
+    if ((st = slot_read(p, slot, err)) != RSSM_OK || (st = fold_scratch(p, slot, err)) != RSSM_OK ||
+        (st = slot_write(p, slot, err)) != RSSM_OK)
+        return st;
+    reset_cursor(p, slot);
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err)
+{
+    rssm_status st;
+    if ((st = rssm_pool_check_slot(p, src, err)) != RSSM_OK || (st = rssm_pool_check_slot(p, dst, err)) != RSSM_OK)
+        return st;
+    if (src == dst)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "copy: source and destination are both slot %u", src);
+    if ((st = rssm_pool_materialise(p, src, err)) != RSSM_OK || (st = slot_read(p, src, err)) != RSSM_OK ||
+        (st = slot_write(p, dst, err)) != RSSM_OK)
+        return st;
+    reset_cursor(p, dst);
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err)
+{
+    if (!state)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "read_state: state must not be NULL");
+    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    if (st != RSSM_OK || (st = slot_read(p, slot, err)) != RSSM_OK)
+        return st;
+    rssm_slot_fold(&p->model, &p->layout, p->scratch, p->write_pos[slot], state);
+    return rssm_clear_error(err);
+}
+
+rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state, rssm_error *err)
+{
+    if (!state)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_state: state must not be NULL");
+    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    if (st != RSSM_OK)
+        return st;
+    rssm_slot_store(&p->model, &p->layout, p->scratch, state);
+    if ((st = slot_write(p, slot, err)) != RSSM_OK)
+        return st;
+    reset_cursor(p, slot);
+    return rssm_clear_error(err);
+}

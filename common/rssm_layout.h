@@ -1,0 +1,130 @@
+/*
+ * Layout facts shared by the C library, the CUDA kernels and the GLSL
+ * shaders. Everything a kernel needs to find its data is here, in one place,
+ * so the three sides cannot drift apart.
+ *
+ * This file is included from C11, CUDA C and GLSL 4.50: it holds macros and,
+ * for C/CUDA only, plain structs of 32-bit words with static asserts.
+ */
+#ifndef RSSM_LAYOUT_H
+#define RSSM_LAYOUT_H
+
+/* ---------------------------------------------------------- slot memory
+ *
+ * A pool is `slots` equal blocks of `slot_bytes`; a slot is `layers` equal
+ * blocks of `layer_bytes`. Within a layer block, each array starts at the
+ * given byte offset (a multiple of RSSM_ARRAY_ALIGN):
+ *
+ *   checkpoint C   [HV][V][K]           state dtype      at 0
+ *   ring_d         [HV][L-1][V]         ring dtype       at ring_d_offset
+ *   ring_k         [H][L-1][K]          ring dtype       at ring_k_offset
+ *   ring_g         [HV][L-1]    (GDN)   fp32             at ring_g_offset
+ *                  [HV][L-1][K] (KDA)
+ *
+ * The ring holds L-1 entries, not L: a step that finds L-1 entries flushes
+ * instead of appending. With replay off, or L = 1, the ring arrays are empty
+ * and their offsets equal layer_bytes' unpadded end. k is stored once per
+ * q/k head, written by the first value head of its group (hv % (HV/H) == 0).
+ * Only entries below write_pos are ever read: unused ring memory may hold
+ * anything, NaN included.
+ *
+ * Step inputs and outputs on the device are [layers][max_rows][...] so that
+ * a program recorded for a capacity never changes its offsets:
+ *   q, k [layers][max_rows][H][K] io dtype     v, out [layers][max_rows][HV][V] io dtype
+ *   gate [layers][max_rows][HV] or [..][HV][K] fp32    beta [layers][max_rows][HV] fp32
+ * Gate weights (RAW modes): A_log [layers][HV], dt_bias [layers][HV] or
+ * [layers][HV][K], fp32.
+ */
+#define RSSM_ARRAY_ALIGN 256u
+
+/* Numeric codes as in rssm.h, for kernels that cannot include it. */
+#define RSSM_CODE_GATE_GDN 0u
+#define RSSM_CODE_GATE_KDA 1u
+#define RSSM_CODE_MODE_PRECOMPUTED 0u
+#define RSSM_CODE_MODE_RAW 1u
+#define RSSM_CODE_MODE_RAW_SAFE 2u
+#define RSSM_CODE_DTYPE_F32 0u
+#define RSSM_CODE_DTYPE_F16 1u
+#define RSSM_CODE_DTYPE_BF16 2u
+
+#define RSSM_FLAG_QK_L2NORM 1u
+#define RSSM_FLAG_REPLAY 2u
+
+/* Added under the root of sum(x^2) when q and k are L2-normalised. */
+#define RSSM_L2NORM_EPS 1e-6f
+/* softplus(x) is taken as x above this. */
+#define RSSM_SOFTPLUS_THRESHOLD 20.0f
+
+/* ------------------------------------------------------- the step header
+ *
+ * One device buffer per batch, refreshed in place by the host before every
+ * run of the recorded program: a word with the row count, three reserved
+ * words, then RSSM_ROW_WORDS 32-bit words per row. Rows at or beyond
+ * `rows` are idle. The kernel decides is_flush = write_pos == L-1 || force.
+ */
+#define RSSM_HEADER_ROWS 0u
+#define RSSM_HEADER_WORDS 4u
+#define RSSM_ROW_WORDS 4u
+#define RSSM_ROW_SLOT 0u
+#define RSSM_ROW_WRITE_POS 1u
+#define RSSM_ROW_FORCE 2u
+#define RSSM_ROW_RESERVED 3u
+#define RSSM_HEADER_BYTES(max_rows) (4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (max_rows)))
+
+/* ----------------------------------------------------- kernel parameters
+ *
+ * Constant for the life of a batch: recorded into command buffers and graphs
+ * as push constants or kernel arguments. Nothing in here changes between
+ * steps (that lives in the step header). An X-macro, so C, CUDA and GLSL
+ * declare the same 32-bit words in the same order.
+ */
+#define RSSM_KERNEL_PARAMS_FIELDS(U, F)                                          \
+    U(num_qk_heads) U(num_v_heads) U(head_k) U(head_v)                           \
+    U(ring_len) U(ring_cap) U(gate_kind) U(gate_mode)                            \
+    U(flags) U(state_dtype) U(ring_dtype) U(io_dtype)                            \
+    U(layers) U(max_rows) U(layer_bytes) U(slot_bytes)                           \
+    U(ring_d_offset) U(ring_k_offset) U(ring_g_offset) U(reserved0)              \
+    F(q_scale) F(gate_lower_bound) U(reserved1) U(reserved2)
+
+#define RSSM_KERNEL_PARAMS_WORDS 24u
+
+#if defined(GL_core_profile) || defined(GL_compatibility_profile) || defined(GL_es_profile)
+/* GLSL: the shader declares
+ *   layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
+ * plus its own per-dispatch words after it if it needs any. */
+#define RSSM_GLSL_U(name) uint name;
+#define RSSM_GLSL_F(name) float name;
+#define RSSM_KERNEL_PARAMS_GLSL RSSM_KERNEL_PARAMS_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F)
+#else
+#include <stdint.h>
+
+#define RSSM_C_U(name) uint32_t name;
+#define RSSM_C_F(name) float name;
+typedef struct rssm_kernel_params {
+    RSSM_KERNEL_PARAMS_FIELDS(RSSM_C_U, RSSM_C_F)
+} rssm_kernel_params;
+#undef RSSM_C_U
+#undef RSSM_C_F
+
+#ifdef __cplusplus
+static_assert(sizeof(rssm_kernel_params) == 4 * RSSM_KERNEL_PARAMS_WORDS, "params are 32-bit words");
+#else
+_Static_assert(sizeof(rssm_kernel_params) == 4 * RSSM_KERNEL_PARAMS_WORDS, "params are 32-bit words");
+#endif
+
+typedef struct rssm_row_header {
+    uint32_t slot;
+    uint32_t write_pos;
+    uint32_t force;
+    uint32_t reserved;
+} rssm_row_header;
+
+#ifdef __cplusplus
+static_assert(sizeof(rssm_row_header) == 4 * RSSM_ROW_WORDS, "row header layout");
+#else
+_Static_assert(sizeof(rssm_row_header) == 4 * RSSM_ROW_WORDS, "row header layout");
+#endif
+
+#endif /* not GLSL */
+
+#endif /* RSSM_LAYOUT_H */

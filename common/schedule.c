@@ -1,0 +1,93 @@
+/* The flush scheduler (DESIGN §2). write_pos is per slot and advances once
+ * per forward step for all layers together; it is never derived from the
+ * sequence length, which includes the prefill. */
+#include "objects.h"
+#include "error.h"
+
+#include <stdlib.h>
+
+rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
+                           const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
+                           rssm_error *err)
+{
+    if (!p || !slots || !seq_len_after || !plan)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: pool, slots, seq_len_after and plan must not be NULL");
+    if (rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: rows must be > 0");
+    uint8_t *seen = calloc(p->capacity, 1);
+    if (!seen)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "plan: out of host memory");
+    const uint32_t L = rssm_effective_ring_len(&p->model);
+    rssm_status st = RSSM_OK;
+    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
+        const uint32_t s = slots[r];
+        if ((st = rssm_pool_check_slot(p, s, err)) != RSSM_OK)
+            break;
+        if (seen[s]) {
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: slot %u appears twice in the batch", s);
+            break;
+        }
+        if (seq_len_after[r] == 0) {
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                "plan: row %u has seq_len_after 0; it counts the token being decoded", r);
+            break;
+        }
+        seen[s] = 1;
+        const uint32_t n = p->write_pos[s];
+        const int snapshot = snapshot_interval > 0 && seq_len_after[r] % snapshot_interval == 0;
+        /* A staggered slot's first cycle ends early; the device only sees
+         * it as one more forced flush. */
+        const int short_cycle = p->cycle_len[s] < L && n + 1 >= p->cycle_len[s];
+        plan[r].slot = s;
+        plan[r].write_pos = n;
+        plan[r].force = (uint32_t)(snapshot || short_cycle);
+        plan[r].is_flush = (uint32_t)(n == L - 1 || plan[r].force);
+    }
+    free(seen);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
+}
+
+rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
+{
+    if (!p || !plan)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: pool and plan must not be NULL");
+    if (rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: rows must be > 0");
+    /* Check every row before changing anything, so a bad plan leaves the
+     * pool as it was. */
+    const uint32_t L = rssm_effective_ring_len(&p->model);
+    uint8_t *seen = calloc(p->capacity, 1);
+    if (!seen)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "commit: out of host memory");
+    rssm_status st = RSSM_OK;
+    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
+        const rssm_row_plan *row = &plan[r];
+        if ((st = rssm_pool_check_slot(p, row->slot, err)) != RSSM_OK)
+            break;
+        if (seen[row->slot])
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: slot %u appears twice in the plan", row->slot);
+        else if (row->write_pos != p->write_pos[row->slot])
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                "commit: row %u was planned at write_pos %u but slot %u is at %u", r, row->write_pos,
+                                row->slot, p->write_pos[row->slot]);
+        else if (row->is_flush != (uint32_t)(row->write_pos == L - 1 || row->force))
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                "commit: row %u has is_flush %u, but write_pos %u and force %u say %u", r,
+                                row->is_flush, row->write_pos, row->force,
+                                (uint32_t)(row->write_pos == L - 1 || row->force));
+        seen[row->slot] = 1;
+    }
+    free(seen);
+    if (st != RSSM_OK)
+        return st;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint32_t s = plan[r].slot;
+        if (plan[r].is_flush) {
+            p->write_pos[s] = 0;
+            p->cycle_len[s] = L;
+        } else {
+            p->write_pos[s]++;
+        }
+    }
+    return rssm_clear_error(err);
+}

@@ -1,0 +1,98 @@
+/* Host-side work on a slot's raw bytes: the true state (checkpoint folded
+ * with the committed ring), and writing a checkpoint. Used by read_state,
+ * write_state, materialise, copy and export for every backend, so those
+ * follow one definition of the ring whatever device holds the slot. */
+#include "objects.h"
+#include "dtype.h"
+
+#include <math.h>
+#include <string.h>
+
+/* S = C·diag(Γ) + Σ_j d_j (k_j ⊙ γ_j)ᵀ for one layer, summing log-decays
+ * from the newest entry backwards as the kernels do. */
+static void fold_layer(const rssm_model *m, const rssm_slot_layout *lay, const uint8_t *block,
+                       uint32_t n, float *state)
+{
+    const uint32_t H = m->num_qk_heads, HV = m->num_v_heads, K = m->head_k, V = m->head_v;
+    const uint32_t group = HV / H, cap = lay->ring_cap;
+    const int kda = m->gate_kind == RSSM_GATE_KDA;
+    const uint32_t gw = kda ? K : 1; /* gate values per ring entry */
+    const void *ckpt = block;
+    const void *ring_d = block + lay->ring_d_offset;
+    const void *ring_k = block + lay->ring_k_offset;
+    const float *ring_g = (const float *)(block + lay->ring_g_offset);
+
+    float gamma[RSSM_MAX_RING_LEN][256]; /* decay applied after entry j, per channel */
+    float total[256];                    /* Γ */
+    for (uint32_t hv = 0; hv < HV; hv++) {
+        const uint32_t h = hv / group;
+        float sum[256];
+        for (uint32_t c = 0; c < gw; c++)
+            sum[c] = 0.0f;
+        for (uint32_t j = n; j-- > 0;) {
+            const float *g = ring_g + ((size_t)hv * cap + j) * gw;
+            for (uint32_t c = 0; c < gw; c++) {
+                gamma[j][c] = expf(sum[c]);
+                sum[c] += g[c];
+            }
+        }
+        for (uint32_t c = 0; c < gw; c++)
+            total[c] = expf(sum[c]);
+        float *S = state + (size_t)hv * V * K;
+        for (uint32_t v = 0; v < V; v++) {
+            for (uint32_t c = 0; c < K; c++) {
+                float acc = rssm_load(ckpt, m->state_dtype, ((size_t)hv * V + v) * K + c) * total[kda ? c : 0];
+                for (uint32_t j = 0; j < n; j++) {
+                    float d = rssm_load(ring_d, m->ring_dtype, ((size_t)hv * cap + j) * V + v);
+                    float k = rssm_load(ring_k, m->ring_dtype, ((size_t)h * cap + j) * K + c);
+                    acc += d * k * gamma[j][kda ? c : 0];
+                }
+                S[(size_t)v * K + c] = acc;
+            }
+        }
+    }
+}
+
+void rssm_slot_fold(const rssm_model *m, const rssm_slot_layout *lay, const uint8_t *slot_bytes,
+                    uint32_t write_pos, float *state)
+{
+    const size_t per_layer = (size_t)m->num_v_heads * m->head_v * m->head_k;
+    for (uint32_t l = 0; l < m->layers; l++)
+        fold_layer(m, lay, slot_bytes + l * lay->layer_bytes, write_pos, state + l * per_layer);
+}
+
+void rssm_slot_store(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *slot_bytes,
+                     const float *state)
+{
+    const size_t per_layer = (size_t)m->num_v_heads * m->head_v * m->head_k;
+    memset(slot_bytes, 0, lay->slot_bytes);
+    for (uint32_t l = 0; l < m->layers; l++) {
+        uint8_t *block = slot_bytes + l * lay->layer_bytes;
+        const float *S = state + l * per_layer;
+        for (size_t i = 0; i < per_layer; i++)
+            rssm_store(block, m->state_dtype, i, S[i]);
+    }
+}
+
+void rssm_slot_clear_uncommitted(const rssm_model *m, const rssm_slot_layout *lay,
+                                 uint8_t *slot_bytes, uint32_t write_pos)
+{
+    const uint32_t cap = lay->ring_cap;
+    if (write_pos >= cap)
+        return;
+    const size_t ring = rssm_dtype_size(m->ring_dtype);
+    const size_t gw = m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1;
+    const uint32_t unused = cap - write_pos;
+    for (uint32_t l = 0; l < m->layers; l++) {
+        uint8_t *block = slot_bytes + l * lay->layer_bytes;
+        for (uint32_t hv = 0; hv < m->num_v_heads; hv++) {
+            memset(block + lay->ring_d_offset + ((size_t)hv * cap + write_pos) * m->head_v * ring, 0,
+                   (size_t)unused * m->head_v * ring);
+            memset(block + lay->ring_g_offset + ((size_t)hv * cap + write_pos) * gw * sizeof(float), 0,
+                   (size_t)unused * gw * sizeof(float));
+        }
+        for (uint32_t h = 0; h < m->num_qk_heads; h++)
+            memset(block + lay->ring_k_offset + ((size_t)h * cap + write_pos) * m->head_k * ring, 0,
+                   (size_t)unused * m->head_k * ring);
+    }
+}

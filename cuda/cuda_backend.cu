@@ -1,0 +1,476 @@
+/*
+ * The CUDA backend: the ops table of common/backend.h over the CUDA runtime.
+ *
+ * A batch records one CUDA graph of a whole step (every layer) once, after a
+ * warm-up launch; every step afterwards only refreshes the step header in
+ * device memory (a pinned host copy, one async memcpy) and replays the
+ * graph. The kernels read slot, write_pos and force from that header and
+ * decide the flush on the device, so no kernel argument is ever patched.
+ *
+ * Host code only: C linkage, no exceptions, no C++ runtime objects, so the
+ * static library links into C programs with the CUDA runtime alone.
+ */
+#include "rssm_cuda.h"
+
+extern "C" {
+#include "backend.h"
+#include "error.h"
+}
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+namespace {
+
+struct CudaCtx {
+    int device;
+    cudaDeviceProp prop;
+    cudaStream_t stream;
+    char name[128];
+};
+
+struct CudaPool {
+    unsigned char *mem;
+    size_t slot_bytes;
+    uint32_t slots;
+};
+
+struct CudaBatch {
+    CudaPool *pool;
+    rssm_kernel_params params;
+    rssm_cuda_plan plan;
+    rssm_cuda_buffers buf;
+    uint32_t *header_dev;
+    uint32_t *header_host;    /* pinned */
+    size_t header_bytes;
+    void *q, *k, *v, *out;
+    float *gate, *beta, *A_log, *dt_bias;
+    size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    cudaEvent_t start, stop;
+    double last_seconds;
+};
+
+rssm_status cuda_fail(rssm_error *err, cudaError_t e, const char *what)
+{
+    (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
+    const rssm_status st = e == cudaErrorMemoryAllocation ? RSSM_ERR_OUT_OF_MEMORY : RSSM_ERR_DEVICE;
+    return rssm_set_error(err, st, "cuda: %s: %s (%s)", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        const cudaError_t ck_e = (call);                                                           \
+        if (ck_e != cudaSuccess)                                                                   \
+            return cuda_fail(err, ck_e, #call);                                                    \
+    } while (0)
+
+const char *const kVariants[] = {"cuda", NULL};
+
+rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
+{
+    (void)variant;
+    int count = 0;
+    const cudaError_t e = cudaGetDeviceCount(&count);
+    if (e != cudaSuccess || count == 0) {
+        (void)cudaGetLastError();
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cuda: no usable CUDA device (%s)",
+                              e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
+    }
+    /* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer. */
+    int best = -1;
+    cudaDeviceProp prop;
+    for (int i = 0; i < count; ++i) {
+        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess && prop.major >= 9) {
+            best = i;
+            break;
+        }
+    }
+    if (best < 0)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "cuda: %d device(s), none of compute capability 9.0 or newer "
+                              "(the kernels are built for Hopper, sm_90)", count);
+    CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
+    if (!c)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the context");
+    c->device = best;
+    cudaError_t ce = cudaGetDeviceProperties(&c->prop, best);
+    if (ce == cudaSuccess)
+        ce = cudaSetDevice(best);
+    if (ce == cudaSuccess)
+        ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
+    if (ce != cudaSuccess) {
+        free(c);
+        return cuda_fail(err, ce, "starting the device");
+    }
+    snprintf(c->name, sizeof c->name, "%.96s (sm_%d%d, %d SMs)", c->prop.name, c->prop.major,
+             c->prop.minor, c->prop.multiProcessorCount);
+    *out = c;
+    return rssm_clear_error(err);
+}
+
+void cuda_destroy(void *ctx)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    if (!c)
+        return;
+    cudaSetDevice(c->device);
+    cudaStreamDestroy(c->stream);
+    free(c);
+}
+
+const char *cuda_device(void *ctx) { return static_cast<CudaCtx *>(ctx)->name; }
+
+void cuda_describe(void *ctx, char *buf, size_t size)
+{
+    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
+    const cudaDeviceProp &p = c->prop;
+    snprintf(buf, size,
+             "device %d: %.96s, compute capability %d.%d, %d SMs\n"
+             "memory %.1f GiB, %d-bit bus, L2 %.1f MiB, shared memory per block up to %zu KiB\n"
+             "kernels: sm_90a machine code + compute_90 PTX; fp16/bf16 mma.sync for the flush, "
+             "one CUDA graph per step\n",
+             c->device, p.name, p.major, p.minor, p.multiProcessorCount,
+             (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.memoryBusWidth,
+             (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024);
+}
+
+rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
+{
+    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
+    rssm_slot_layout lay;
+    rssm_slot_layout_init(&lay, m);
+    rssm_kernel_params p;
+    rssm_kernel_params_init(&p, m, &lay, 1);
+    const char *why = rssm_cuda_unsupported(&p, c->prop.sharedMemPerBlockOptin);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: %s (K = %u, V = %u, L = %u)", why,
+                              m->head_k, m->head_v, m->replay ? m->ring_len : 1u);
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_pool_create(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
+                             uint32_t slots, void **out, rssm_error *err)
+{
+    (void)m;
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CK(cudaSetDevice(c->device));
+    CudaPool *pool = static_cast<CudaPool *>(calloc(1, sizeof *pool));
+    if (!pool)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the pool record");
+    pool->slot_bytes = layout->slot_bytes;
+    pool->slots = slots;
+    const cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&pool->mem), layout->slot_bytes * slots);
+    if (e != cudaSuccess) {
+        free(pool);
+        (void)cudaGetLastError();
+        return rssm_set_error(err, e == cudaErrorMemoryAllocation ? RSSM_ERR_OUT_OF_MEMORY : RSSM_ERR_DEVICE,
+                              "cuda: cannot allocate %u slots x %zu bytes of device memory: %s", slots,
+                              layout->slot_bytes, cudaGetErrorString(e));
+    }
+    *out = pool;
+    return rssm_clear_error(err);
+}
+
+void cuda_pool_destroy(void *ctx, void *pool)
+{
+    (void)ctx;
+    CudaPool *p = static_cast<CudaPool *>(pool);
+    if (!p)
+        return;
+    cudaFree(p->mem);
+    free(p);
+}
+
+rssm_status cuda_slot_read(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err)
+{
+    (void)ctx;
+    const CudaPool *p = static_cast<const CudaPool *>(pool);
+    CK(cudaMemcpy(bytes, p->mem + (size_t)slot * p->slot_bytes, p->slot_bytes, cudaMemcpyDeviceToHost));
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_slot_write(void *ctx, void *pool, uint32_t slot, const void *bytes, rssm_error *err)
+{
+    (void)ctx;
+    const CudaPool *p = static_cast<const CudaPool *>(pool);
+    CK(cudaMemcpy(p->mem + (size_t)slot * p->slot_bytes, bytes, p->slot_bytes, cudaMemcpyHostToDevice));
+    return rssm_clear_error(err);
+}
+
+void batch_free(CudaBatch *b)
+{
+    if (b->exec)
+        cudaGraphExecDestroy(b->exec);
+    if (b->graph)
+        cudaGraphDestroy(b->graph);
+    if (b->start)
+        cudaEventDestroy(b->start);
+    if (b->stop)
+        cudaEventDestroy(b->stop);
+    cudaFreeHost(b->header_host);
+    cudaFree(b->header_dev);
+    cudaFree(b->q);
+    cudaFree(b->k);
+    cudaFree(b->v);
+    cudaFree(b->out);
+    cudaFree(b->gate);
+    cudaFree(b->beta);
+    cudaFree(b->A_log);
+    cudaFree(b->dt_bias);
+    free(b);
+}
+
+/* Everything of batch_create that can fail, on a zeroed record; the caller
+ * frees the record on failure. */
+rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
+{
+    const rssm_kernel_params &p = b->params;
+    const size_t io = p.io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t Kg = p.gate_kind == RSSM_CODE_GATE_KDA ? p.head_k : 1;
+    const size_t rows = (size_t)p.layers * p.max_rows;
+    b->row_q = (size_t)p.num_qk_heads * p.head_k * io;
+    b->row_v = (size_t)p.num_v_heads * p.head_v * io;
+    b->row_gate = (size_t)p.num_v_heads * Kg * sizeof(float);
+    b->row_beta = (size_t)p.num_v_heads * sizeof(float);
+    b->header_bytes = RSSM_HEADER_BYTES(p.max_rows);
+
+    CK(cudaMalloc(&b->q, rows * b->row_q));
+    CK(cudaMalloc(&b->k, rows * b->row_q));
+    CK(cudaMalloc(&b->v, rows * b->row_v));
+    CK(cudaMalloc(&b->out, rows * b->row_v));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->gate), rows * b->row_gate));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->beta), rows * b->row_beta));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->A_log), (size_t)p.layers * p.num_v_heads * sizeof(float)));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->dt_bias), (size_t)p.layers * p.num_v_heads * Kg * sizeof(float)));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->header_dev), b->header_bytes));
+    CK(cudaMallocHost(reinterpret_cast<void **>(&b->header_host), b->header_bytes));
+    /* Defined contents everywhere: inputs never uploaded read as zeros, and
+     * the gate weights start at A_log = 0, dt_bias = 0 until set. */
+    CK(cudaMemsetAsync(b->q, 0, rows * b->row_q, c->stream));
+    CK(cudaMemsetAsync(b->k, 0, rows * b->row_q, c->stream));
+    CK(cudaMemsetAsync(b->v, 0, rows * b->row_v, c->stream));
+    CK(cudaMemsetAsync(b->out, 0, rows * b->row_v, c->stream));
+    CK(cudaMemsetAsync(b->gate, 0, rows * b->row_gate, c->stream));
+    CK(cudaMemsetAsync(b->beta, 0, rows * b->row_beta, c->stream));
+    CK(cudaMemsetAsync(b->A_log, 0, (size_t)p.layers * p.num_v_heads * sizeof(float), c->stream));
+    CK(cudaMemsetAsync(b->dt_bias, 0, (size_t)p.layers * p.num_v_heads * Kg * sizeof(float), c->stream));
+    /* A header of zero rows: the warm-up launch touches no slot. */
+    CK(cudaMemsetAsync(b->header_dev, 0, b->header_bytes, c->stream));
+    memset(b->header_host, 0, b->header_bytes);
+    CK(cudaEventCreate(&b->start));
+    CK(cudaEventCreate(&b->stop));
+
+    b->buf.pool = b->pool->mem;
+    b->buf.header = b->header_dev;
+    b->buf.q = b->q;
+    b->buf.k = b->k;
+    b->buf.v = b->v;
+    b->buf.gate = b->gate;
+    b->buf.beta = b->beta;
+    b->buf.A_log = b->A_log;
+    b->buf.dt_bias = b->dt_bias;
+    b->buf.out = b->out;
+
+    rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
+    CK(rssm_cuda_plan_prepare(&b->plan, &p));
+    /* Warm-up outside capture: loads the module, checks the launch shape. */
+    for (uint32_t l = 0; l < p.layers; ++l)
+        CK(rssm_cuda_launch_layer(&p, &b->buf, &b->plan, l, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+
+    CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
+    cudaError_t e = cudaSuccess;
+    for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l)
+        e = rssm_cuda_launch_layer(&p, &b->buf, &b->plan, l, c->stream);
+    const cudaError_t end = cudaStreamEndCapture(c->stream, &b->graph);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "recording the step graph");
+    CK(end);
+    CK(cudaGraphInstantiate(&b->exec, b->graph, 0));
+    CK(cudaGraphUpload(b->exec, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+    return RSSM_OK;
+}
+
+rssm_status cuda_batch_create(void *ctx, void *pool, const rssm_kernel_params *params, void **out,
+                              rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CK(cudaSetDevice(c->device));
+    const char *why = rssm_cuda_unsupported(params, c->prop.sharedMemPerBlockOptin);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: %s", why);
+    CudaBatch *b = static_cast<CudaBatch *>(calloc(1, sizeof *b));
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the batch record");
+    b->pool = static_cast<CudaPool *>(pool);
+    b->params = *params;
+    const rssm_status st = batch_build(c, b, err);
+    if (st != RSSM_OK) {
+        batch_free(b);
+        return st;
+    }
+    *out = b;
+    return rssm_clear_error(err);
+}
+
+void cuda_batch_destroy(void *ctx, void *batch)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    if (!batch)
+        return;
+    cudaStreamSynchronize(c->stream);
+    batch_free(static_cast<CudaBatch *>(batch));
+}
+
+rssm_status cuda_batch_set_gate_params(void *ctx, void *batch, uint32_t layer, const float *A_log,
+                                       const float *dt_bias, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    const size_t HV = b->params.num_v_heads;
+    const size_t Kg = b->params.gate_kind == RSSM_CODE_GATE_KDA ? b->params.head_k : 1;
+    CK(cudaMemcpyAsync(b->A_log + layer * HV, A_log, HV * sizeof(float), cudaMemcpyHostToDevice, c->stream));
+    CK(cudaMemcpyAsync(b->dt_bias + layer * HV * Kg, dt_bias, HV * Kg * sizeof(float),
+                       cudaMemcpyHostToDevice, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+    return rssm_clear_error(err);
+}
+
+/* Host [layers][rows][row_bytes] into device [layers][max_rows][row_bytes]. */
+cudaError_t upload_rows(CudaCtx *c, const CudaBatch *b, void *dst, const void *src, size_t row_bytes,
+                        uint32_t rows)
+{
+    return cudaMemcpy2DAsync(dst, row_bytes * b->params.max_rows, src, row_bytes * rows, row_bytes * rows,
+                             b->params.layers, cudaMemcpyHostToDevice, c->stream);
+}
+
+rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_step_inputs *in,
+                              rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    if (rows == 0)
+        return rssm_clear_error(err);
+    CK(upload_rows(c, b, b->q, in->q, b->row_q, rows));
+    CK(upload_rows(c, b, b->k, in->k, b->row_q, rows));
+    CK(upload_rows(c, b, b->v, in->v, b->row_v, rows));
+    CK(upload_rows(c, b, b->gate, in->gate, b->row_gate, rows));
+    CK(upload_rows(c, b, b->beta, in->beta, b->row_beta, rows));
+    CK(cudaStreamSynchronize(c->stream));
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                           rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    b->header_host[RSSM_HEADER_ROWS] = rows;
+    memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
+    const size_t bytes = 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows);
+    CK(cudaMemcpyAsync(b->header_dev, b->header_host, bytes, cudaMemcpyHostToDevice, c->stream));
+    CK(cudaEventRecord(b->start, c->stream));
+    CK(cudaGraphLaunch(b->exec, c->stream));
+    CK(cudaEventRecord(b->stop, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+    CK(cudaGetLastError());
+    float ms = 0.0f;
+    CK(cudaEventElapsedTime(&ms, b->start, b->stop));
+    b->last_seconds = (double)ms * 1e-3;
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_batch_download(void *ctx, void *batch, uint32_t rows, void *out, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    if (rows == 0)
+        return rssm_clear_error(err);
+    CK(cudaMemcpy2DAsync(out, b->row_v * rows, b->out, b->row_v * b->params.max_rows, b->row_v * rows,
+                         b->params.layers, cudaMemcpyDeviceToHost, c->stream));
+    CK(cudaStreamSynchronize(c->stream));
+    return rssm_clear_error(err);
+}
+
+double cuda_batch_last_run_seconds(void *ctx, void *batch)
+{
+    (void)ctx;
+    return static_cast<const CudaBatch *>(batch)->last_seconds;
+}
+
+/* Median of timed device-to-device copies, counting bytes read + written. */
+rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    enum { REPEATS = 9 };
+    void *src = NULL, *dst = NULL;
+    cudaEvent_t e0 = NULL, e1 = NULL;
+    float t[REPEATS];
+    cudaError_t e = cudaMalloc(&src, bytes);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&dst, bytes);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(src, 0x5a, bytes, c->stream);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e0);
+    if (e == cudaSuccess)
+        e = cudaEventCreate(&e1);
+    if (e == cudaSuccess)
+        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream); /* warm-up */
+    for (int i = 0; i < REPEATS && e == cudaSuccess; ++i) {
+        e = cudaEventRecord(e0, c->stream);
+        if (e == cudaSuccess)
+            e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+        if (e == cudaSuccess)
+            e = cudaEventRecord(e1, c->stream);
+        if (e == cudaSuccess)
+            e = cudaEventSynchronize(e1);
+        if (e == cudaSuccess)
+            e = cudaEventElapsedTime(&t[i], e0, e1);
+    }
+    if (e0)
+        cudaEventDestroy(e0);
+    if (e1)
+        cudaEventDestroy(e1);
+    cudaFree(src);
+    cudaFree(dst);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "copy bandwidth");
+    for (int i = 1; i < REPEATS; ++i) /* insertion sort: nine values */
+        for (int j = i; j > 0 && t[j] < t[j - 1]; --j) {
+            const float x = t[j];
+            t[j] = t[j - 1];
+            t[j - 1] = x;
+        }
+    *bps = 2.0 * (double)bytes / ((double)t[REPEATS / 2] * 1e-3);
+    return rssm_clear_error(err);
+}
+
+} /* namespace */
+
+extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
+    "cuda",
+    kVariants,
+    cuda_create,
+    cuda_destroy,
+    cuda_device,
+    cuda_describe,
+    cuda_supports,
+    cuda_pool_create,
+    cuda_pool_destroy,
+    cuda_slot_read,
+    cuda_slot_write,
+    cuda_batch_create,
+    cuda_batch_destroy,
+    cuda_batch_set_gate_params,
+    cuda_batch_upload,
+    cuda_batch_run,
+    cuda_batch_download,
+    cuda_batch_last_run_seconds,
+    cuda_copy_bandwidth,
+};

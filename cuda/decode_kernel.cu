@@ -1,0 +1,834 @@
+/*
+ * The decode step on the GPU: one kernel, templated on the state and ring
+ * storage types, that runs both the packed decode (no ring: every step is a
+ * flush with n = 0) and the ReplaySSM decode with the factored readout
+ * (DESIGN.md §1). The semantics are those of the team brief, step by step.
+ *
+ * Work split. A work item is 16*W value rows (W warps) of one (batch row,
+ * value head). Persistent CTAs walk the items round-robin and keep `stages`
+ * items' loads in flight: while item i is computed, the checkpoint tiles,
+ * ring entries and inputs of items i+1 .. i+S-1 are on their way into
+ * shared memory by cp.async (16-byte copies where alignment allows). A
+ * one-shot CTA per item would sit idle for a whole memory round trip per
+ * item; here the memory system sees a steady stream.
+ *
+ * Within an item each warp owns a 16-row tile of the checkpoint C (16 x K,
+ * K <= 128) in the layout of an m16n8 MMA accumulator: lane (g = lane/4,
+ * t = lane%4) holds rows g and g+8, and in each group of 4*CPT channels the
+ * CPT consecutive channels [t*CPT, t*CPT+CPT): one 16-byte vector per row
+ * and group. The flush's tensor-core product then lands on exactly the
+ * values the thread holds (the MMA's column index is a permutation of the
+ * channels, applied to its B operand), and C' is stored straight from the
+ * registers: a flush reads C once and writes it once, as a packed step does.
+ *
+ * An item, after its data has landed:
+ *   A. q and k normalised (each warp for itself), the gate, alpha, beta;
+ *      k and g appended to the ring if this is not a flush;
+ *   B. the ring walked newest to oldest (fp32): gamma_j, Gamma, and
+ *      kg_j = k_j * gamma_j * alpha, once per item, not per row;
+ *   C. the 2n coefficients c_j(q), c_j(k) (dot products over K) and k.q;
+ *   D. per row: Sbar x = C (alpha Gamma x) + sum_j d_j c_j(x), d, o; then
+ *      either append d to the ring, or C' = C alpha Gamma + d k^T +
+ *      sum_j d_j kg_j^T: the ring part on tensor cores for 16-bit rings
+ *      (d_j is exact in the ring dtype; kg as hi + lo keeps ~fp32 accuracy)
+ *      or by FFMA for fp32 rings.
+ * Rows at different ring positions are just different items: a flush item
+ * costs one extra store stream, and the round-robin walk spreads them.
+ */
+#include "rssm_cuda.h"
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace {
+
+/* ------------------------------------------------------------ storage */
+
+constexpr int kF32 = RSSM_CODE_DTYPE_F32;
+constexpr int kF16 = RSSM_CODE_DTYPE_F16;
+constexpr int kBF16 = RSSM_CODE_DTYPE_BF16;
+
+template <int DT> struct Raw { using T = uint16_t; };
+template <> struct Raw<kF32> { using T = float; };
+
+template <int BYTES> struct VecOf;
+template <> struct VecOf<16> { using T = uint4; };
+template <> struct VecOf<8> { using T = uint2; };
+
+__device__ __forceinline__ float bf16_to_f(uint32_t h) { return __uint_as_float(h << 16); }
+__device__ __forceinline__ float f16_to_f(uint32_t h)
+{
+    return __half2float(__ushort_as_half((unsigned short)h));
+}
+__device__ __forceinline__ uint16_t f_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
+__device__ __forceinline__ uint16_t f_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
+
+template <int DT> __device__ __forceinline__ float to_f(typename Raw<DT>::T x);
+template <> __device__ __forceinline__ float to_f<kF32>(float x) { return x; }
+template <> __device__ __forceinline__ float to_f<kF16>(uint16_t x) { return f16_to_f(x); }
+template <> __device__ __forceinline__ float to_f<kBF16>(uint16_t x) { return bf16_to_f(x); }
+
+template <int DT> __device__ __forceinline__ typename Raw<DT>::T from_f(float x);
+template <> __device__ __forceinline__ float from_f<kF32>(float x) { return x; }
+template <> __device__ __forceinline__ uint16_t from_f<kF16>(float x) { return f_to_f16(x); }
+template <> __device__ __forceinline__ uint16_t from_f<kBF16>(float x) { return f_to_bf16(x); }
+
+/* A 16- or 8-byte vector of CPT checkpoint values, to and from fp32. */
+template <int ST, int CPT> struct StateVec {
+    using T = typename VecOf<CPT * (ST == kF32 ? 4 : 2)>::T;
+    static __device__ __forceinline__ void unpack(const T &x, float *f)
+    {
+        const uint32_t *w = reinterpret_cast<const uint32_t *>(&x);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i) {
+            if (ST == kF32)
+                f[i] = __uint_as_float(w[i]);
+            else
+                f[i] = bf16_to_f((w[i / 2] >> (16 * (i % 2))) & 0xffffu);
+        }
+    }
+    static __device__ __forceinline__ T pack(const float *f)
+    {
+        T x;
+        uint32_t *w = reinterpret_cast<uint32_t *>(&x);
+#pragma unroll
+        for (int i = 0; i < CPT; ++i) {
+            if (ST == kF32)
+                w[i] = __float_as_uint(f[i]);
+            else if (i % 2 == 0)
+                w[i / 2] = f_to_bf16(f[i]);
+            else
+                w[i / 2] |= (uint32_t)f_to_bf16(f[i]) << 16;
+        }
+        return x;
+    }
+};
+
+__device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
+{
+    return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];
+}
+
+__device__ __forceinline__ void store_io(void *p, size_t i, bool bf16, float x)
+{
+    if (bf16)
+        static_cast<uint16_t *>(p)[i] = f_to_bf16(x);
+    else
+        static_cast<float *>(p)[i] = x;
+}
+
+__device__ __forceinline__ float softplus(float x)
+{
+    return x > RSSM_SOFTPLUS_THRESHOLD ? x : log1pf(expf(x));
+}
+
+__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ------------------------------------------------------------ cp.async */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Waits until at most `pending` committed groups are still in flight. */
+__device__ __forceinline__ void cp_wait(uint32_t pending)
+{
+    switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+    }
+}
+
+/* `bytes` (a multiple of 4) from global to shared memory, spread over the
+ * CTA, in the widest copies the alignment of both ends allows. */
+__device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t bytes, int tid, int nthr)
+{
+    const uintptr_t al = reinterpret_cast<uintptr_t>(src) | smem_u32(dst) | bytes;
+    uint8_t *d = static_cast<uint8_t *>(dst);
+    const uint8_t *s = static_cast<const uint8_t *>(src);
+    if ((al & 15u) == 0) {
+        for (uint32_t i = tid; i < bytes / 16u; i += nthr)
+            cp_async16(d + 16u * i, s + 16u * i);
+    } else if ((al & 7u) == 0) {
+        for (uint32_t i = tid; i < bytes / 8u; i += nthr)
+            cp_async8(d + 8u * i, s + 8u * i);
+    } else {
+        for (uint32_t i = tid; i < bytes / 4u; i += nthr)
+            cp_async4(d + 4u * i, s + 4u * i);
+    }
+}
+
+__device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float &d3, uint32_t a0,
+                                         uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1, bool bf16)
+{
+    if (bf16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ------------------------------------------------------ shared memory */
+
+/* Byte offsets in dynamic shared memory, computed on the host from the
+ * parameters and the plan. `stages` item buffers, then the work arrays. */
+struct Smem {
+    /* within one stage (an item's data as loaded) */
+    uint32_t sC;     /* checkpoint tile vectors, [vector][thread] */
+    uint32_t sK;     /* ring k_j, j < n: [n][K] ring dtype */
+    uint32_t sD;     /* ring d_j: [n][V] ring dtype */
+    uint32_t sG;     /* ring g_j: [n][K] (KDA) or [n] fp32 */
+    uint32_t sQ, sKi, sV;  /* q, k [K], v [V] io dtype */
+    uint32_t sGate;  /* [K] (KDA) or [1] fp32 */
+    uint32_t sBeta;  /* [1] fp32 */
+    uint32_t sMeta;  /* slot, n, flush */
+    uint32_t stage_bytes;
+    uint32_t stages;
+    /* work arrays, one set */
+    uint32_t kF;     /* [cap][K] fp32: kg_j = k_j gamma_j alpha */
+    uint32_t qv;     /* [K] q, normalised and scaled */
+    uint32_t kv;     /* [K] k, normalised */
+    uint32_t al;     /* [K] alpha = exp(g) (GDN: the scalar, repeated) */
+    uint32_t aG;     /* [K] alpha Gamma */
+    uint32_t qw;     /* [K] alpha Gamma q */
+    uint32_t kw;     /* [K] alpha Gamma k */
+    uint32_t cq;     /* [cap] c_j(q) */
+    uint32_t ck;     /* [cap] c_j(k) */
+    uint32_t misc;   /* beta, k.q */
+    uint32_t total;
+    uint32_t Jpad;   /* ring entries rounded up to the MMA's k = 16 */
+};
+
+uint32_t take(uint32_t *at, size_t bytes)
+{
+    uint32_t o = *at;
+    *at += (uint32_t)((bytes + 15u) & ~(size_t)15u);
+    return o;
+}
+
+/* Bytes of one thread's share of a checkpoint tile: 16 rows x 128 channels
+ * over 32 lanes, in the state dtype (the register array of the kernel). */
+uint32_t tile_bytes_per_thread(const rssm_kernel_params *p)
+{
+    return p->state_dtype == RSSM_CODE_DTYPE_F32 ? 256u : 128u;
+}
+
+Smem smem_layout(const rssm_kernel_params *p, uint32_t warps, uint32_t stages)
+{
+    Smem s;
+    const uint32_t K = p->head_k, V = p->head_v, cap = p->ring_cap;
+    const bool r16 = p->ring_dtype != RSSM_CODE_DTYPE_F32;
+    const size_t rsz = r16 ? 2 : 4, io = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t Kg = p->gate_kind == RSSM_CODE_GATE_KDA ? K : 1u;
+    uint32_t at = 0;
+    s.sC = take(&at, (size_t)32u * warps * tile_bytes_per_thread(p));
+    s.sK = take(&at, (size_t)cap * K * rsz);
+    s.sD = take(&at, (size_t)cap * V * rsz);
+    s.sG = take(&at, (size_t)cap * Kg * 4);
+    s.sQ = take(&at, (size_t)K * io);
+    s.sKi = take(&at, (size_t)K * io);
+    s.sV = take(&at, (size_t)V * io);
+    s.sGate = take(&at, Kg * 4);
+    s.sBeta = take(&at, 4);
+    s.sMeta = take(&at, 16);
+    s.stage_bytes = at;
+    s.stages = stages;
+    at = s.stage_bytes * stages;
+    s.Jpad = (cap + 15u) / 16u * 16u;
+    s.kF = take(&at, (size_t)cap * K * 4);
+    s.qv = take(&at, (size_t)K * 4);
+    s.kv = take(&at, (size_t)K * 4);
+    s.al = take(&at, (size_t)K * 4);
+    s.aG = take(&at, (size_t)K * 4);
+    s.qw = take(&at, (size_t)K * 4);
+    s.kw = take(&at, (size_t)K * 4);
+    s.cq = take(&at, (size_t)cap * 4);
+    s.ck = take(&at, (size_t)cap * 4);
+    s.misc = take(&at, 16 * 4);
+    s.total = at;
+    return s;
+}
+
+struct KArgs {
+    rssm_kernel_params p;
+    rssm_cuda_buffers b;
+    Smem sm;
+    uint32_t layer;
+    uint32_t chunks;
+};
+
+/* ---------------------------------------------------------- the kernel */
+
+template <int ST, int CPT, int RT>
+__global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
+{
+    extern __shared__ __align__(16) unsigned char smem[];
+    using SV = StateVec<ST, CPT>;
+    using SRaw = typename Raw<ST>::T;
+    using RRaw = typename Raw<RT>::T;
+    constexpr int NG = (int)RSSM_CUDA_MAX_HEAD_K / (4 * CPT); /* channel groups, at most */
+    constexpr int VB = (int)sizeof(typename SV::T);           /* bytes per state vector */
+    constexpr bool R16 = RT != kF32;
+
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, H = p.num_qk_heads, HV = p.num_v_heads;
+    const uint32_t group = HV / H, cap = p.ring_cap, chunks = a.chunks;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t Kg = kda ? K : 1u;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const size_t io = io_bf16 ? 2 : 4, rsz = R16 ? 2 : 4;
+    const uint32_t ng = (K + 4u * CPT - 1u) / (4u * CPT);
+
+    const int tid = threadIdx.x, nthr = blockDim.x, W = nthr >> 5;
+    const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
+    const Smem &L = a.sm;
+    const uint32_t S = L.stages;
+
+    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
+    const uint32_t per_row = HV * chunks;
+    const uint32_t T = min(rows, p.max_rows) * per_row;
+    const uint4 *hrows = reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS);
+
+    float *kF = reinterpret_cast<float *>(smem + L.kF);
+    float *qv = reinterpret_cast<float *>(smem + L.qv);
+    float *kv = reinterpret_cast<float *>(smem + L.kv);
+    float *al = reinterpret_cast<float *>(smem + L.al);
+    float *aG = reinterpret_cast<float *>(smem + L.aG);
+    float *qw = reinterpret_cast<float *>(smem + L.qw);
+    float *kw = reinterpret_cast<float *>(smem + L.kw);
+    float *cq = reinterpret_cast<float *>(smem + L.cq);
+    float *ck = reinterpret_cast<float *>(smem + L.ck);
+    float *misc = reinterpret_cast<float *>(smem + L.misc);
+
+    /* Starts the loads of item t into stage s; `hr` is its header row. */
+    auto issue = [&](uint32_t t, uint32_t s, uint4 hr) {
+        const uint32_t r = t / per_row, rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
+        const uint32_t h = hv / group;
+        const uint32_t slot = hr.x, n = min(hr.y, cap);
+        const bool flush = (n + 1u == p.ring_len) || hr.z != 0u;
+        uint8_t *st = smem + (size_t)s * L.stage_bytes;
+        if (tid == 0) {
+            uint32_t *meta = reinterpret_cast<uint32_t *>(st + L.sMeta);
+            meta[0] = slot;
+            meta[1] = n;
+            meta[2] = flush ? 1u : 0u;
+        }
+        const uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+        const SRaw *C = reinterpret_cast<const SRaw *>(lb) + (size_t)hv * V * K;
+        const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const uint32_t v = tile_row + (uint32_t)g + 8u * hf;
+                if ((uint32_t)G < ng && c0 < K && v < V) {
+                    uint8_t *dst = st + L.sC + ((size_t)(G * 2 + hf) * nthr + tid) * VB;
+                    const SRaw *src = C + (size_t)v * K + c0;
+                    if (VB == 16)
+                        cp_async16(dst, src);
+                    else
+                        cp_async8(dst, src);
+                }
+            }
+        }
+        if (n > 0) {
+            copy_async(st + L.sK, lb + p.ring_k_offset + (size_t)h * cap * K * rsz, n * K * (uint32_t)rsz, tid, nthr);
+            copy_async(st + L.sD, lb + p.ring_d_offset + (size_t)hv * cap * V * rsz, n * V * (uint32_t)rsz, tid, nthr);
+            copy_async(st + L.sG, lb + p.ring_g_offset + (size_t)hv * cap * Kg * 4, n * Kg * 4u, tid, nthr);
+        }
+        const size_t io_row = (size_t)a.layer * p.max_rows + r;
+        const uint8_t *qb = static_cast<const uint8_t *>(a.b.q), *kb = static_cast<const uint8_t *>(a.b.k);
+        const uint8_t *vb = static_cast<const uint8_t *>(a.b.v);
+        copy_async(st + L.sQ, qb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sKi, kb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sV, vb + ((io_row * HV + hv) * V) * io, V * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sGate, a.b.gate + (io_row * HV + hv) * Kg, Kg * 4u, tid, nthr);
+        if (tid == nthr - 1)
+            cp_async4(st + L.sBeta, a.b.beta + io_row * HV + hv);
+    };
+
+    /* Computes item t from stage s. */
+    auto compute = [&](uint32_t t, uint32_t s) {
+        const uint32_t r = t / per_row, rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
+        const uint32_t h = hv / group;
+        const uint8_t *st = smem + (size_t)s * L.stage_bytes;
+        const uint32_t *meta = reinterpret_cast<const uint32_t *>(st + L.sMeta);
+        const uint32_t slot = meta[0], n = meta[1];
+        const bool flush = meta[2] != 0u;
+        uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+        SRaw *C = reinterpret_cast<SRaw *>(lb) + (size_t)hv * V * K;
+        RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
+        RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
+        float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+        const RRaw *sD = reinterpret_cast<const RRaw *>(st + L.sD);
+        const RRaw *sK = reinterpret_cast<const RRaw *>(st + L.sK);
+        const float *sG = reinterpret_cast<const float *>(st + L.sG);
+        const size_t io_row = (size_t)a.layer * p.max_rows + r;
+        const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
+        const bool has_tile = tile_row < V;
+
+        /* A. q and k: every warp normalises them itself (4 per lane). */
+        {
+            float qx[4], kx[4], sq = 0.0f, sk = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint32_t c = (uint32_t)lane + 32u * i;
+                qx[i] = c < K ? load_io(st + L.sQ, c, io_bf16) : 0.0f;
+                kx[i] = c < K ? load_io(st + L.sKi, c, io_bf16) : 0.0f;
+                sq += qx[i] * qx[i];
+                sk += kx[i] * kx[i];
+            }
+            float qn = 1.0f, kn = 1.0f;
+            if (p.flags & RSSM_FLAG_QK_L2NORM) {
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    sq += __shfl_xor_sync(0xffffffffu, sq, o);
+                    sk += __shfl_xor_sync(0xffffffffu, sk, o);
+                }
+                qn = 1.0f / sqrtf(sq + RSSM_L2NORM_EPS);
+                kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
+            }
+            const bool append_k = !flush && chunk == 0 && hv % group == 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const uint32_t c = (uint32_t)lane + 32u * i;
+                const float qq = qx[i] * qn * p.q_scale, kk = kx[i] * kn;
+                if (c < K && i % W == warp) {
+                    qv[c] = qq;
+                    kv[c] = kk;
+                    if (append_k)
+                        ring_k[(size_t)n * K + c] = from_f<RT>(kk);
+                }
+            }
+        }
+        {
+            const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+            const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+            const float *sGate = reinterpret_cast<const float *>(st + L.sGate);
+            const bool append_g = !flush && chunk == 0;
+            for (uint32_t c = tid; c < K; c += nthr) {
+                const uint32_t cg = kda ? c : 0u;
+                float gv = sGate[cg];
+                if (raw) {
+                    const float dt = __ldg(a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg + cg);
+                    gv = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(gv + dt)
+                                                           : p.gate_lower_bound * sigmoid(A * (gv + dt));
+                }
+                al[c] = expf(gv);
+                if (append_g && (kda || c == 0))
+                    ring_g[(size_t)n * Kg + cg] = gv;
+            }
+            if (tid == 0) {
+                const float b = *reinterpret_cast<const float *>(st + L.sBeta);
+                misc[0] = raw ? sigmoid(b) : b;
+            }
+        }
+        __syncthreads();
+
+        /* B. Newest to oldest, per channel, in fp32: gamma_j, Gamma, kg_j. */
+        for (uint32_t c = 4u * tid; c < K; c += 4u * nthr) {
+            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            const float4 a4 = *reinterpret_cast<const float4 *>(al + c);
+            const float alv[4] = {a4.x, a4.y, a4.z, a4.w};
+            for (int j = (int)n - 1; j >= 0; --j) {
+                float kj[4], gj[4];
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    kj[e] = to_f<RT>(sK[(size_t)j * K + c + e]);
+                if (kda) {
+                    const float4 g4 = *reinterpret_cast<const float4 *>(sG + (size_t)j * K + c);
+                    gj[0] = g4.x; gj[1] = g4.y; gj[2] = g4.z; gj[3] = g4.w;
+                } else {
+                    gj[0] = gj[1] = gj[2] = gj[3] = sG[j];
+                }
+                float4 out;
+                out.x = kj[0] * (expf(sacc[0]) * alv[0]);
+                out.y = kj[1] * (expf(sacc[1]) * alv[1]);
+                out.z = kj[2] * (expf(sacc[2]) * alv[2]);
+                out.w = kj[3] * (expf(sacc[3]) * alv[3]);
+                *reinterpret_cast<float4 *>(kF + (size_t)j * K + c) = out;
+#pragma unroll
+                for (int e = 0; e < 4; ++e)
+                    sacc[e] += gj[e];
+            }
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const float ag = alv[e] * expf(sacc[e]);
+                aG[c + e] = ag;
+                qw[c + e] = ag * qv[c + e];
+                kw[c + e] = ag * kv[c + e];
+            }
+        }
+        __syncthreads();
+
+        /* C. c_j(q), c_j(k): one warp per entry, lanes over K; k.q. */
+        for (uint32_t j = warp; j < n; j += W) {
+            float dq = 0.0f, dk = 0.0f;
+            const uint32_t c = 4u * lane;
+            if (c < K) {
+                const float4 kf = *reinterpret_cast<const float4 *>(kF + (size_t)j * K + c);
+                const float4 q4 = *reinterpret_cast<const float4 *>(qv + c);
+                const float4 k4 = *reinterpret_cast<const float4 *>(kv + c);
+                dq = kf.x * q4.x + kf.y * q4.y + kf.z * q4.z + kf.w * q4.w;
+                dk = kf.x * k4.x + kf.y * k4.y + kf.z * k4.z + kf.w * k4.w;
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) {
+                dq += __shfl_xor_sync(0xffffffffu, dq, o);
+                dk += __shfl_xor_sync(0xffffffffu, dk, o);
+            }
+            if (lane == 0) {
+                cq[j] = dq;
+                ck[j] = dk;
+            }
+        }
+        if (warp == W - 1) {
+            float kq = 0.0f;
+            for (uint32_t c = lane; c < K; c += 32)
+                kq += kv[c] * qv[c];
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                kq += __shfl_xor_sync(0xffffffffu, kq, o);
+            if (lane == 0)
+                misc[1] = kq;
+        }
+        __syncthreads();
+        if (!has_tile)
+            return;
+
+        /* D. The rows of this warp's tile. */
+        float cf[NG][2][CPT];
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const uint32_t v = tile_row + (uint32_t)g + 8u * hf;
+                typename SV::T x{};
+                if ((uint32_t)G < ng && c0 < K && v < V)
+                    x = *reinterpret_cast<const typename SV::T *>(st + L.sC + ((size_t)(G * 2 + hf) * nthr + tid) * VB);
+                SV::unpack(x, cf[G][hf]);
+            }
+        }
+        const uint32_t v0 = tile_row + (uint32_t)g, v1 = v0 + 8u;
+        float pq[2] = {0.0f, 0.0f}, pk[2] = {0.0f, 0.0f};
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+            if ((uint32_t)G < ng && c0 < K) {
+#pragma unroll
+                for (int e = 0; e < CPT; e += 4) {
+                    const float4 q4 = *reinterpret_cast<const float4 *>(qw + c0 + e);
+                    const float4 k4 = *reinterpret_cast<const float4 *>(kw + c0 + e);
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf) {
+                        const float *x = cf[G][hf] + e;
+                        pq[hf] += x[0] * q4.x + x[1] * q4.y + x[2] * q4.z + x[3] * q4.w;
+                        pk[hf] += x[0] * k4.x + x[1] * k4.y + x[2] * k4.z + x[3] * k4.w;
+                    }
+                }
+            }
+        }
+        for (uint32_t j = t4; j < n; j += 4) {
+            const float d0 = v0 < V ? to_f<RT>(sD[(size_t)j * V + v0]) : 0.0f;
+            const float d1 = v1 < V ? to_f<RT>(sD[(size_t)j * V + v1]) : 0.0f;
+            pq[0] += d0 * cq[j];
+            pk[0] += d0 * ck[j];
+            pq[1] += d1 * cq[j];
+            pk[1] += d1 * ck[j];
+        }
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1) {
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                pq[hf] += __shfl_xor_sync(0xffffffffu, pq[hf], o);
+                pk[hf] += __shfl_xor_sync(0xffffffffu, pk[hf], o);
+            }
+        }
+        const float beta = misc[0], kq = misc[1];
+        float d[2];
+#pragma unroll
+        for (int hf = 0; hf < 2; ++hf) {
+            const uint32_t v = v0 + 8u * hf;
+            const float vin = v < V ? load_io(st + L.sV, v, io_bf16) : 0.0f;
+            d[hf] = beta * (vin - pk[hf]);
+            if (t4 == 0 && v < V) {
+                store_io(a.b.out, (io_row * HV + hv) * V + v, io_bf16, pq[hf] + d[hf] * kq);
+                if (!flush)
+                    ring_d[(size_t)n * V + v] = from_f<RT>(d[hf]);
+            }
+        }
+        if (!flush)
+            return;
+
+        /* The checkpoint: C alpha Gamma + d k^T (FFMA), + the ring (MMA/FFMA). */
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+            if ((uint32_t)G < ng && c0 < K) {
+#pragma unroll
+                for (int e = 0; e < CPT; e += 4) {
+                    const float4 ag = *reinterpret_cast<const float4 *>(aG + c0 + e);
+                    const float4 k4 = *reinterpret_cast<const float4 *>(kv + c0 + e);
+                    const float agv[4] = {ag.x, ag.y, ag.z, ag.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+                    for (int hf = 0; hf < 2; ++hf)
+#pragma unroll
+                        for (int i = 0; i < 4; ++i)
+                            cf[G][hf][e + i] = cf[G][hf][e + i] * agv[i] + d[hf] * kk[i];
+                }
+            }
+        }
+        if (n > 0) {
+            if (R16) {
+                const uint16_t *d16 = reinterpret_cast<const uint16_t *>(sD);
+                auto dval = [&](uint32_t j, uint32_t v) -> uint32_t {
+                    return (j < n && v < V) ? (uint32_t)d16[(size_t)j * V + v] : 0u;
+                };
+                /* kg_j[c] split into hi + lo in the ring dtype, packed in pairs
+                 * of consecutive j, zero for j >= n. */
+                auto bpair = [&](uint32_t j, uint32_t c, uint32_t &hi2, uint32_t &lo2) {
+                    hi2 = lo2 = 0;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const float x = (j + e < n) ? kF[(size_t)(j + e) * K + c] : 0.0f;
+                        const uint16_t hi = from_f<RT>(x);
+                        const uint16_t lo = from_f<RT>(x - to_f<RT>(hi));
+                        hi2 |= (uint32_t)hi << (16 * e);
+                        lo2 |= (uint32_t)lo << (16 * e);
+                    }
+                };
+                for (uint32_t ks = 0; ks < L.Jpad; ks += 16) {
+                    const uint32_t j0 = ks + 2u * t4;
+                    const uint32_t a0 = dval(j0, v0) | dval(j0 + 1u, v0) << 16;
+                    const uint32_t a1 = dval(j0, v1) | dval(j0 + 1u, v1) << 16;
+                    const uint32_t a2 = dval(j0 + 8u, v0) | dval(j0 + 9u, v0) << 16;
+                    const uint32_t a3 = dval(j0 + 8u, v1) | dval(j0 + 9u, v1) << 16;
+#pragma unroll
+                    for (int G = 0; G < NG; ++G) {
+                        if ((uint32_t)G >= ng)
+                            continue;
+#pragma unroll
+                        for (int tt = 0; tt < CPT / 2; ++tt) {
+                            /* MMA column g of this n8 tile is channel cB. */
+                            const uint32_t cB = (uint32_t)G * 4u * CPT + (uint32_t)CPT * (g >> 1) +
+                                                2u * tt + (uint32_t)(g & 1);
+                            uint32_t bh0 = 0, bh1 = 0, bl0 = 0, bl1 = 0;
+                            if (cB < K) {
+                                bpair(j0, cB, bh0, bl0);
+                                bpair(j0 + 8u, cB, bh1, bl1);
+                            }
+                            float &x0 = cf[G][0][2 * tt], &x1 = cf[G][0][2 * tt + 1];
+                            float &x2 = cf[G][1][2 * tt], &x3 = cf[G][1][2 * tt + 1];
+                            mma16816(x0, x1, x2, x3, a0, a1, a2, a3, bh0, bh1, RT == kBF16);
+                            mma16816(x0, x1, x2, x3, a0, a1, a2, a3, bl0, bl1, RT == kBF16);
+                        }
+                    }
+                }
+            } else {
+                for (uint32_t j = 0; j < n; ++j) {
+                    const float d0 = v0 < V ? to_f<RT>(sD[(size_t)j * V + v0]) : 0.0f;
+                    const float d1 = v1 < V ? to_f<RT>(sD[(size_t)j * V + v1]) : 0.0f;
+#pragma unroll
+                    for (int G = 0; G < NG; ++G) {
+                        const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+                        if ((uint32_t)G < ng && c0 < K) {
+#pragma unroll
+                            for (int e = 0; e < CPT; e += 4) {
+                                const float4 kg = *reinterpret_cast<const float4 *>(kF + (size_t)j * K + c0 + e);
+                                const float kk[4] = {kg.x, kg.y, kg.z, kg.w};
+#pragma unroll
+                                for (int i = 0; i < 4; ++i) {
+                                    cf[G][0][e + i] += d0 * kk[i];
+                                    cf[G][1][e + i] += d1 * kk[i];
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + (uint32_t)t4 * CPT;
+#pragma unroll
+            for (int hf = 0; hf < 2; ++hf) {
+                const uint32_t v = v0 + 8u * hf;
+                if ((uint32_t)G < ng && c0 < K && v < V)
+                    __stcs(reinterpret_cast<typename SV::T *>(C + (size_t)v * K + c0), SV::pack(cf[G][hf]));
+            }
+        }
+    };
+
+    /* The pipeline: S-1 items ahead, the header row of the next one
+     * prefetched into a register so issuing never waits on it. */
+    const uint32_t b = blockIdx.x, Gs = gridDim.x;
+    for (uint32_t k = 0; k + 1u < S; ++k) {
+        const uint32_t t = b + k * Gs;
+        if (t < T)
+            issue(t, k, hrows[t / per_row]);
+        cp_commit();
+    }
+    uint4 nh = make_uint4(0, 0, 0, 0);
+    if (b + (S - 1u) * Gs < T)
+        nh = hrows[(b + (S - 1u) * Gs) / per_row];
+    for (uint32_t k = 0;; ++k) {
+        const uint32_t t = b + k * Gs;
+        if (t >= T)
+            break;
+        __syncthreads(); /* the stage and work arrays of item k-1 are free */
+        const uint32_t tn = b + (k + S - 1u) * Gs;
+        if (tn < T)
+            issue(tn, (k + S - 1u) % S, nh);
+        cp_commit();
+        const uint32_t t2 = b + (k + S) * Gs;
+        if (t2 < T)
+            nh = hrows[t2 / per_row];
+        cp_wait(S - 1u);
+        __syncthreads();
+        compute(t, k % S);
+    }
+    cp_wait(0);
+}
+
+/* ------------------------------------------------------------- variants */
+
+using KernelFn = void (*)(const KArgs);
+
+/* [state variant][ring dtype]: state variants are fp32 (4 channels = 16 B
+ * per vector), bf16 with K % 8 == 0 (8 channels = 16 B), bf16 otherwise (4
+ * channels = 8 B). */
+const KernelFn kKernels[3][3] = {
+    {decode_kernel<kF32, 4, kF32>, decode_kernel<kF32, 4, kF16>, decode_kernel<kF32, 4, kBF16>},
+    {decode_kernel<kBF16, 8, kF32>, decode_kernel<kBF16, 8, kF16>, decode_kernel<kBF16, 8, kBF16>},
+    {decode_kernel<kBF16, 4, kF32>, decode_kernel<kBF16, 4, kF16>, decode_kernel<kBF16, 4, kBF16>},
+};
+
+uint32_t state_variant(const rssm_kernel_params *p)
+{
+    if (p->state_dtype == RSSM_CODE_DTYPE_F32)
+        return 0;
+    return p->head_k % 8u == 0 ? 1u : 2u;
+}
+
+/* Shared memory a CTA may take when `ctas` of them share an SM (the driver
+ * reserves 1 KiB per CTA). */
+size_t smem_budget(size_t smem_per_sm, uint32_t ctas)
+{
+    const size_t per = smem_per_sm / ctas;
+    return per > 1024 ? per - 1024 : 0;
+}
+
+} /* namespace */
+
+extern "C" const char *rssm_cuda_unsupported(const rssm_kernel_params *p, size_t smem_limit)
+{
+    if (p->head_k > RSSM_CUDA_MAX_HEAD_K)
+        return "head_k > 128: the CUDA kernels keep a 16 x head_k checkpoint tile per warp in registers";
+    if (p->max_rows > 65535u * 64u)
+        return "too many batch rows for one launch";
+    if (smem_layout(p, 1, 1).total > smem_limit)
+        return "the ring of this model does not fit in shared memory (ring_len or head sizes too large)";
+    return NULL;
+}
+
+extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int sm_count,
+                                    size_t smem_per_sm, uint32_t warps, uint32_t stages)
+{
+    const uint32_t tiles = (p->head_v + 15u) / 16u;
+    const uint64_t heads = (uint64_t)p->max_rows * p->num_v_heads;
+    const uint64_t sms = (uint64_t)(sm_count > 0 ? sm_count : 1);
+    /* 64-row items, two CTAs per SM: enough warps to hide the per-item
+     * arithmetic and barriers, and room for several items in flight. Smaller
+     * items while the batch leaves SMs idle. */
+    uint32_t w = warps ? warps : 4u;
+    if (!warps) {
+        while (w > 1 && (w / 2u) >= tiles)
+            w /= 2u;
+        while (w > 1 && heads * ((tiles + w - 1u) / w) < 2u * sms)
+            w /= 2u;
+    }
+    const uint32_t ctas = w >= 8u ? 1u : 2u;
+    const size_t budget = smem_budget(smem_per_sm, ctas);
+    const Smem one = smem_layout(p, w, 1);
+    const size_t work = one.total - one.stage_bytes;
+    uint32_t s = stages;
+    if (!s) {
+        s = budget > work ? (uint32_t)((budget - work) / one.stage_bytes) : 1u;
+        s = s < 1u ? 1u : (s > 4u ? 4u : s);
+    }
+    plan->warps = w;
+    plan->chunks = (tiles + w - 1u) / w;
+    plan->stages = s;
+    plan->ctas_per_sm = ctas;
+    plan->smem_bytes = smem_layout(p, w, s).total;
+    plan->variant = state_variant(p) * 3u + p->ring_dtype;
+    plan->sm_count = (int)sms;
+    const uint64_t items = heads * plan->chunks;
+    const uint64_t grid = sms * ctas;
+    plan->grid = (uint32_t)(items < grid ? items : grid);
+}
+
+extern "C" cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
+{
+    const KernelFn fn = kKernels[plan->variant / 3u][plan->variant % 3u];
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
+    if (e != cudaSuccess)
+        return e;
+    int occ = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, (int)(32u * plan->warps), plan->smem_bytes);
+    if (e != cudaSuccess)
+        return e;
+    if (occ < 1)
+        return cudaErrorInvalidConfiguration;
+    const uint64_t items = (uint64_t)p->max_rows * p->num_v_heads * plan->chunks;
+    const uint64_t grid = (uint64_t)plan->sm_count * (uint32_t)occ;
+    plan->ctas_per_sm = (uint32_t)occ;
+    plan->grid = (uint32_t)(items < grid ? items : grid);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                              const rssm_cuda_plan *plan, uint32_t layer,
+                                              cudaStream_t stream)
+{
+    KArgs args;
+    args.p = *p;
+    args.b = *b;
+    args.sm = smem_layout(p, plan->warps, plan->stages);
+    args.layer = layer;
+    args.chunks = plan->chunks;
+    const KernelFn fn = kKernels[plan->variant / 3u][plan->variant % 3u];
+    fn<<<plan->grid, 32u * plan->warps, plan->smem_bytes, stream>>>(args);
+    return cudaGetLastError();
+}

@@ -1,0 +1,82 @@
+/*
+ * The CUDA decode kernels as seen from the host: where a step's data lives,
+ * how a launch is shaped, and one call that launches one layer of one step.
+ *
+ * The backend (cuda_backend.cu) records these launches into a CUDA graph;
+ * the H200 benchmark (bench/h200/) records whole ring cycles of them with a
+ * distinct step header per step. Both go through rssm_cuda_launch_layer, so
+ * what is benchmarked is what the library runs.
+ *
+ * Host side is C linkage: the library `rssm` is a C library.
+ */
+#ifndef RSSM_CUDA_H
+#define RSSM_CUDA_H
+
+#include "rssm_layout.h"
+
+#include <cuda_runtime_api.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The largest key width the kernels take: a warp holds a 16 x K tile of the
+ * checkpoint in registers (64 fp32 values per thread at K = 128). */
+#define RSSM_CUDA_MAX_HEAD_K 128u
+
+/* Device pointers of one batch; constant for the life of a recorded graph.
+ * Shapes as in rssm_layout.h. */
+typedef struct rssm_cuda_buffers {
+    unsigned char *pool;        /* slots x slot_bytes */
+    const uint32_t *header;     /* the step header (RSSM_HEADER_BYTES) */
+    const void *q, *k, *v;      /* io dtype */
+    const float *gate, *beta;
+    const float *A_log, *dt_bias;
+    void *out;                  /* io dtype */
+} rssm_cuda_buffers;
+
+/* How one layer's launch is shaped; fixed per batch. A work item is a
+ * chunk of 16 * warps value rows of one (batch row, value head); persistent
+ * CTAs walk the items with `stages` items' loads in flight. */
+typedef struct rssm_cuda_plan {
+    uint32_t warps;             /* warps per CTA; each warp owns 16 value rows */
+    uint32_t chunks;            /* items per (batch row, value head) */
+    uint32_t stages;            /* items in flight per CTA (shared-memory buffers) */
+    uint32_t ctas_per_sm;       /* resident CTAs per SM the plan is sized for */
+    uint32_t grid;              /* CTAs per launch (set by rssm_cuda_plan_prepare) */
+    uint32_t smem_bytes;        /* dynamic shared memory per CTA */
+    uint32_t variant;           /* which template instance (state, ring dtype) */
+    int sm_count;
+} rssm_cuda_plan;
+
+/* Why the kernels cannot run `p`, or NULL when they can. `smem_limit` is the
+ * device's opt-in shared memory per block. */
+const char *rssm_cuda_unsupported(const rssm_kernel_params *p, size_t smem_limit);
+
+/* Picks the launch shape for `p` on a device with `sm_count`
+ * multiprocessors and `smem_per_sm` bytes of shared memory per SM: items of
+ * 64 rows, two CTAs per SM, as many stages as fit; smaller items when the
+ * batch is too small to fill the GPU. `warps` and `stages` override the
+ * choice when not 0 (for tuning). Call rssm_cuda_unsupported first. */
+void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int sm_count,
+                         size_t smem_per_sm, uint32_t warps, uint32_t stages);
+
+/* Raises the kernel's dynamic shared-memory limit as the plan needs and sets
+ * plan->grid from the occupancy it achieves; once per plan, outside stream
+ * capture. */
+cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
+
+/* Launches one layer of one decode step on `stream` (capturable). The rows,
+ * slots, write positions and force flags are read on the device from
+ * b->header; nothing of the step is baked into the launch. */
+cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                   const rssm_cuda_plan *plan, uint32_t layer,
+                                   cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RSSM_CUDA_H */

@@ -1,0 +1,309 @@
+/*
+ * rssm — the ReplaySSM decode step for gated linear-attention layers
+ * (Gated DeltaNet and Kimi Delta Attention), on CPU, Vulkan and CUDA.
+ *
+ * The flow, and so the order of this header:
+ *   1. rssm_model   — a plain struct describing the layers; validate it.
+ *   2. rssm_backend — created by name ("cpu", "vulkan", "cuda", "auto").
+ *   3. rssm_pool    — state memory for N sequence slots of one model.
+ *   4. rssm_batch   — input/output buffers for up to B rows, all layers,
+ *                     and the program recorded once for that capacity.
+ *   5. rssm_batch_step — one call per forward step, all layers.
+ *
+ * Every fallible function returns an rssm_status and, when `err` is not NULL,
+ * fills it with the same status and a message saying what was wrong. The
+ * library never prints and never exits. Objects are freed with
+ * rssm_X_destroy(&p), which also sets p to NULL. There is no global mutable
+ * state: distinct objects may be used from distinct threads.
+ */
+#ifndef RSSM_H
+#define RSSM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* ------------------------------------------------------------------ status */
+
+typedef enum rssm_status {
+    RSSM_OK = 0,
+    RSSM_ERR_INVALID_ARGUMENT,   /* NULL pointer, zero size, value out of range */
+    RSSM_ERR_UNSUPPORTED,        /* valid, but this backend cannot run it */
+    RSSM_ERR_UNAVAILABLE,        /* backend not built in, or no device found */
+    RSSM_ERR_OUT_OF_MEMORY,      /* host or device allocation failed */
+    RSSM_ERR_POOL_FULL,          /* no free slot; the pool is unchanged */
+    RSSM_ERR_BAD_SLOT,           /* slot out of range, or not allocated */
+    RSSM_ERR_FORMAT,             /* malformed or mismatched bytes / file */
+    RSSM_ERR_IO,                 /* a file could not be read or written */
+    RSSM_ERR_DEVICE,             /* the device API reported a failure */
+} rssm_status;
+
+#define RSSM_ERROR_MESSAGE_MAX 256
+
+typedef struct rssm_error {
+    rssm_status status;
+    char message[RSSM_ERROR_MESSAGE_MAX];
+} rssm_error;
+
+/* A short constant name for a status ("invalid argument"); never NULL. */
+const char *rssm_status_str(rssm_status status);
+
+/* ------------------------------------------------------------------- model */
+
+typedef enum rssm_gate_kind {
+    RSSM_GATE_GDN = 0,   /* Gated DeltaNet: one log-decay per value head  */
+    RSSM_GATE_KDA = 1,   /* Kimi Delta Attention: one log-decay per key channel */
+} rssm_gate_kind;
+
+typedef enum rssm_gate_mode {
+    /* The caller passes g (log-decay, <= 0) and beta directly. */
+    RSSM_GATE_PRECOMPUTED = 0,
+    /* The caller passes raw projections a and b; the kernel computes
+     * g = -exp(A_log) * softplus(a + dt_bias)   (softplus(x) = x above 20)
+     * beta = sigmoid(b), kept in fp32. */
+    RSSM_GATE_RAW = 1,
+    /* Raw, with the bounded "safe gate" of Kimi-Linear:
+     * g = gate_lower_bound * sigmoid(exp(A_log) * (a + dt_bias)). */
+    RSSM_GATE_RAW_SAFE = 2,
+} rssm_gate_mode;
+
+typedef enum rssm_dtype {
+    RSSM_DTYPE_F32 = 0,
+    RSSM_DTYPE_F16 = 1,
+    RSSM_DTYPE_BF16 = 2,
+} rssm_dtype;
+
+#define RSSM_MAX_RING_LEN 64u
+
+typedef struct rssm_model {
+    uint32_t layers;          /* linear-attention layers advanced by one step */
+    uint32_t num_qk_heads;    /* H */
+    uint32_t num_v_heads;     /* HV; a multiple of H */
+    uint32_t head_k;          /* K: key width, a multiple of 4 in 4..256 */
+    uint32_t head_v;          /* V: value width, a multiple of 4 in 4..256 */
+    rssm_gate_kind gate_kind;
+    rssm_gate_mode gate_mode;
+    float gate_lower_bound;   /* RSSM_GATE_RAW_SAFE only; < 0 */
+    int replay;               /* 0: packed decode, no ring memory at all */
+    uint32_t ring_len;        /* L in 1..64; ignored when replay == 0 */
+    rssm_dtype state_dtype;   /* F32 or BF16 */
+    rssm_dtype ring_dtype;    /* F32, F16 or BF16 */
+    rssm_dtype io_dtype;      /* q, k, v and the output: F32 or BF16 */
+    int qk_l2norm;            /* q, k <- x / sqrt(sum x^2 + 1e-6) in the kernel */
+    float q_scale;            /* applied after the norm; 0 means 1/sqrt(K) */
+} rssm_model;
+
+/* Fills `m` with a named preset: "qwen3.5-gdn" (GDN, H=16, HV=32, K=V=128,
+ * 36 layers) or "kimi-linear-kda" (KDA, H=HV=32, K=V=128, 20 layers). Both
+ * with replay on, L=16, fp32 state, the default ring dtype (fp16), fp32 io,
+ * precomputed gates, q/k L2 norm on, q_scale 0. */
+rssm_status rssm_model_preset(rssm_model *m, const char *name, rssm_error *err);
+
+/* Checks every field; the message names the first bad one. */
+rssm_status rssm_model_validate(const rssm_model *m, rssm_error *err);
+
+/* Bytes one sequence slot costs on any backend: checkpoint plus ring for
+ * every layer, as a host engine must budget it. */
+rssm_status rssm_model_slot_bytes(const rssm_model *m, size_t *bytes, rssm_error *err);
+
+/* The effective q scale (q_scale, or 1/sqrt(K) when it is 0). */
+float rssm_model_q_scale(const rssm_model *m);
+
+const char *rssm_dtype_name(rssm_dtype t);
+const char *rssm_gate_kind_name(rssm_gate_kind g);
+const char *rssm_gate_mode_name(rssm_gate_mode g);
+
+/* ----------------------------------------------------------------- backend */
+
+typedef struct rssm_backend rssm_backend;
+
+/* Names that rssm_backend_create accepts and that were built in, in order of
+ * preference, variants included ("cpu", "vulkan", "vulkan:portable", ...).
+ * A name being listed does not mean its device is present. */
+size_t rssm_backend_name_count(void);
+const char *rssm_backend_name_at(size_t index);
+
+/* `name` is "cpu", "vulkan", "cuda", "auto" (the first that starts, GPUs
+ * first), or "backend:variant". RSSM_ERR_UNAVAILABLE when the backend was
+ * not built in or finds no usable device; RSSM_ERR_INVALID_ARGUMENT for a
+ * name rssm does not know. Environment: RSSM_CPU_THREADS=N sets the CPU
+ * backend's threads (default: online cores; a value that is not a number
+ * in 1..1024 is RSSM_ERR_INVALID_ARGUMENT); RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT
+ * and RSSM_VK_VALIDATION steer the Vulkan backend (docs/vulkan.md). */
+rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err);
+void rssm_backend_destroy(rssm_backend **b);
+
+/* The full name ("vulkan:portable") and a one-line device description. */
+const char *rssm_backend_name(const rssm_backend *b);
+const char *rssm_backend_device(const rssm_backend *b);
+
+/* A few lines on the device and its features, for `rssm info`. */
+rssm_status rssm_backend_describe(const rssm_backend *b, char *buf, size_t size, rssm_error *err);
+
+/* RSSM_OK when this backend can run the model; RSSM_ERR_UNSUPPORTED with
+ * the reason otherwise (RSSM_ERR_INVALID_ARGUMENT if the model is invalid). */
+rssm_status rssm_backend_supports(const rssm_backend *b, const rssm_model *m, rssm_error *err);
+
+/* Measures the device's memory-copy bandwidth over buffers of `bytes`
+ * (bytes read plus bytes written per second, median of several copies), so
+ * a benchmark can report kernels against it in the same run. */
+rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *bytes_per_second,
+                                        rssm_error *err);
+
+/* -------------------------------------------------------------------- pool */
+
+typedef struct rssm_pool rssm_pool;
+
+typedef enum rssm_flush_policy {
+    /* Every slot flushes when its ring is full (write_pos == L-1) or when
+     * forced by the snapshot interval. A batch admitted together flushes
+     * together. */
+    RSSM_FLUSH_ALIGNED = 0,
+    /* As ALIGNED, but a newly allocated (or copied, or imported) slot's first
+     * cycle is shortened to L - (slot % L) steps by one early flush, so the
+     * slots of a batch reach their flushes on different steps and every step
+     * carries about rows/L flushes instead of all of them every L-th step.
+     * It costs at most one extra flush per slot lifetime. */
+    RSSM_FLUSH_STAGGERED = 1,
+} rssm_flush_policy;
+
+/* Device memory for `slots` sequence slots of `model` on backend `b`.
+ * The pool keeps a reference to `b`: destroy the pool first. */
+rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t slots,
+                             rssm_flush_policy policy, rssm_pool **out, rssm_error *err);
+void rssm_pool_destroy(rssm_pool **p);
+
+const rssm_model *rssm_pool_model(const rssm_pool *p);
+uint32_t rssm_pool_capacity(const rssm_pool *p);
+uint32_t rssm_pool_free_count(const rssm_pool *p);
+
+/* Takes the lowest free slot; its ring is empty and its state is zero until
+ * written (rssm_pool_write_state, which is what prefill does).
+ * RSSM_ERR_POOL_FULL when none is free. */
+rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err);
+
+/* RSSM_ERR_BAD_SLOT for an out-of-range or already free slot. */
+rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err);
+
+/* Copy-on-write of a cached prefix: folds src's ring into its checkpoint if
+ * it is not empty, then copies the checkpoint to dst; dst starts with an
+ * empty ring. Both must be allocated (RSSM_ERR_BAD_SLOT) and distinct
+ * (RSSM_ERR_INVALID_ARGUMENT). */
+rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err);
+
+/* Folds the ring into the checkpoint; write_pos becomes 0. */
+rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err);
+
+/* The slot's committed ring entries (0 <= write_pos < L). */
+rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *write_pos,
+                                rssm_error *err);
+
+/* The true current state, checkpoint and ring combined, as fp32
+ * [layers][HV][V][K], without changing the slot. */
+rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err);
+
+/* Sets the state from fp32 [layers][HV][V][K] (rounded to the state dtype)
+ * and empties the ring: what a prefill leaves behind. */
+rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state,
+                                  rssm_error *err);
+
+/* A slot as self-describing bytes (model shape, dtypes, write_pos,
+ * checkpoint and committed ring), for prefill/decode disaggregation and
+ * for moving a sequence between backends. */
+size_t rssm_pool_export_size(const rssm_pool *p);
+rssm_status rssm_pool_export(rssm_pool *p, uint32_t slot, void *bytes, size_t size,
+                             rssm_error *err);
+/* Into an allocated slot; RSSM_ERR_FORMAT if the bytes are truncated,
+ * corrupt, or of another model shape, dtype or ring length. The slot is
+ * unchanged on any error. */
+rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, size_t size,
+                             rssm_error *err);
+
+/* ---------------------------------------------------------------- schedule */
+
+/* What the scheduler decided for one batch row of one forward step. The
+ * device receives slot, write_pos and force, and decides the flush itself
+ * (write_pos == L-1 || force); is_flush is the host's copy of the same. */
+typedef struct rssm_row_plan {
+    uint32_t slot;
+    uint32_t write_pos;
+    uint32_t force;
+    uint32_t is_flush;
+} rssm_row_plan;
+
+/* Plans one forward step without changing the pool. `seq_len_after[i]`
+ * counts the token being decoded, so it is >= 1; force = interval > 0 &&
+ * seq_len_after % interval == 0 (or the staggered policy's early flush).
+ * Rows must name distinct allocated slots (RSSM_ERR_BAD_SLOT,
+ * RSSM_ERR_INVALID_ARGUMENT for a repeat). */
+rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
+                           const uint64_t *seq_len_after, uint32_t snapshot_interval,
+                           rssm_row_plan *plan, rssm_error *err);
+
+/* Advances write_pos of each planned row: 0 after a flush, else +1. The
+ * plan must be what rssm_pool_plan returned for the pool as it is now;
+ * anything else (a repeated slot, a stale write_pos, an is_flush that does
+ * not follow from write_pos and force) is RSSM_ERR_INVALID_ARGUMENT and
+ * changes nothing. */
+rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan,
+                             rssm_error *err);
+
+/* ------------------------------------------------------------------- batch */
+
+typedef struct rssm_batch rssm_batch;
+
+/* One forward step's inputs for `rows` rows, every layer, in host memory.
+ * Shapes are [layers][rows][...]; q, k, v in the model's io dtype. */
+typedef struct rssm_step_inputs {
+    const void *q;      /* [layers][rows][H][K] */
+    const void *k;      /* [layers][rows][H][K] */
+    const void *v;      /* [layers][rows][HV][V] */
+    /* PRECOMPUTED: g (log-decay <= 0). RAW modes: the raw projection a.
+     * [layers][rows][HV] for GDN, [layers][rows][HV][K] for KDA; fp32. */
+    const float *gate;
+    /* PRECOMPUTED: beta. RAW modes: b, with beta = sigmoid(b).
+     * [layers][rows][HV]; fp32. */
+    const float *beta;
+} rssm_step_inputs;
+
+/* Buffers for up to `max_rows` rows of all layers of the pool's model. */
+rssm_status rssm_batch_create(rssm_pool *p, uint32_t max_rows, rssm_batch **out,
+                              rssm_error *err);
+void rssm_batch_destroy(rssm_batch **b);
+
+/* Per-layer gate weights, needed in the RAW modes: A_log [HV] and dt_bias
+ * [HV] (GDN) or [HV][K] (KDA), fp32. Kept until replaced. */
+rssm_status rssm_batch_set_gate_params(rssm_batch *b, uint32_t layer, const float *A_log,
+                                       const float *dt_bias, rssm_error *err);
+
+/* One forward step, all layers: plans the rows, refreshes the step header in
+ * device memory, runs the recorded program, advances write_pos and writes
+ * the outputs [layers][rows][HV][V] (io dtype) to `out`. */
+rssm_status rssm_batch_step(rssm_batch *b, uint32_t rows, const uint32_t *slots,
+                            const uint64_t *seq_len_after, uint32_t snapshot_interval,
+                            const rssm_step_inputs *in, void *out, rssm_error *err);
+
+/* The same step in three parts, so a benchmark can time rssm_batch_run
+ * alone: upload leaves the inputs in device memory (they may be run many
+ * times), run plans, executes and commits, download reads the outputs of the
+ * last run. */
+rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in,
+                              rssm_error *err);
+rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots,
+                           const uint64_t *seq_len_after, uint32_t snapshot_interval,
+                           rssm_error *err);
+rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err);
+
+/* Seconds the device spent in the last rssm_batch_run (timestamp queries,
+ * events, or the wall clock for the CPU). */
+rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
+                                        rssm_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* RSSM_H */

@@ -1,0 +1,137 @@
+/*
+ * Helpers shared by the cmocka tests: a seeded generator of non-zero
+ * inputs, NaN poisoning, error norms, small models, and a fixture that
+ * opens a backend + pool + batch. Every helper fails the running test
+ * (cmocka fail_msg) instead of returning an error.
+ */
+#ifndef RSSM_TEST_SUPPORT_H
+#define RSSM_TEST_SUPPORT_H
+
+#include "rssm.h"
+
+#include <setjmp.h> /* cmocka.h needs these first */
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+/* ------------------------------------------------------------ checks */
+
+/* Fails the test, with the library's message, unless `call` returns
+ * `want`. On an expected error it also checks that `err` carries the same
+ * status and a non-empty message. */
+#define TS_EXPECT(call, want, errp)                                                       \
+    do {                                                                                  \
+        rssm_status ts_st_ = (call);                                                      \
+        ts_check_status(ts_st_, (want), (errp), #call, __FILE__, __LINE__);               \
+    } while (0)
+#define TS_OK(call, errp) TS_EXPECT(call, RSSM_OK, errp)
+
+void ts_check_status(rssm_status got, rssm_status want, const rssm_error *err,
+                     const char *expr, const char *file, int line);
+
+/* ------------------------------------------------------ random inputs */
+
+typedef struct ts_rng {
+    uint64_t state;
+} ts_rng;
+
+void ts_rng_seed(ts_rng *r, uint64_t seed);
+uint64_t ts_rng_u64(ts_rng *r);
+/* Uniform in [lo, hi), never closer to 0 than 1e-3 * (hi - lo) when the
+ * interval straddles 0: tests never run on (near-)zero data. */
+float ts_rng_float(ts_rng *r, float lo, float hi);
+void ts_fill(float *x, size_t n, float lo, float hi, ts_rng *r);
+
+/* ------------------------------------------------ poison and compare */
+
+/* Sets every byte to 0xff: NaN in fp32, fp16 and bf16 alike. */
+void ts_poison(void *p, size_t bytes);
+/* Elements of an io-dtype array that are not finite (i.e. never written). */
+size_t ts_count_nonfinite(const void *p, rssm_dtype t, size_t n);
+/* Element i of an io/storage array as fp32. */
+float ts_load(const void *p, rssm_dtype t, size_t i);
+/* ||x - ref|| / ||ref||; +inf if x holds a NaN or inf (NaN never passes). */
+double ts_rel_l2(const float *x, const double *ref, size_t n);
+double ts_rel_l2_f(const float *x, const float *ref, size_t n);
+/* The same for an array in dtype t against a double reference. */
+double ts_rel_l2_io(const void *x, rssm_dtype t, const double *ref, size_t n);
+
+/* ------------------------------------------------------------ models */
+
+/* A small valid model: `layers` layers, H=2, HV=4, K=16, V=8, replay on
+ * with ring length L, fp32 state, ring and io, precomputed gates, q/k L2
+ * norm on, default q scale. Small enough for the sanitizer build. */
+rssm_model ts_small_model(rssm_gate_kind kind, uint32_t layers, uint32_t L);
+
+size_t ts_state_elems(const rssm_model *m);            /* layers*HV*V*K */
+size_t ts_out_elems(const rssm_model *m, uint32_t rows); /* layers*rows*HV*V */
+size_t ts_gate_width(const rssm_model *m);              /* 1 (GDN) or K (KDA) */
+
+/* A random state [layers][HV][V][K] in [-0.5, 0.5), malloc'd. */
+float *ts_random_state(const rssm_model *m, ts_rng *r);
+
+/* ------------------------------------------------------ step inputs */
+
+/* One forward step's inputs for `rows` rows. q, k, v are stored in the io
+ * dtype (in.q ...) and, as the exact values the kernel sees, in fp32
+ * (qf, kf, vf). Gates are fp32. */
+typedef struct ts_inputs {
+    rssm_model model;
+    uint32_t rows;
+    void *q, *k, *v;
+    float *qf, *kf, *vf;
+    float *gate, *beta;
+    rssm_step_inputs in;
+    size_t nq, nv, ngate, nbeta; /* element counts */
+} ts_inputs;
+
+void ts_inputs_alloc(ts_inputs *t, const rssm_model *m, uint32_t rows);
+void ts_inputs_free(ts_inputs *t);
+/* Random q, k, v in [-1, 1); PRECOMPUTED: g in [-0.4, -0.01] and beta in
+ * [0.05, 0.95]; RAW modes: a and b in [-3, 3). */
+void ts_inputs_random(ts_inputs *t, ts_rng *r);
+
+/* Random gate weights for RAW modes: A_log [layers][HV] in [-1, 0.5],
+ * dt_bias [layers][HV] or [layers][HV][K] in [-1, 1]. malloc'd. */
+void ts_random_gate_params(const rssm_model *m, ts_rng *r, float **A_log, float **dt_bias);
+
+/* ------------------------------------------------------------ fixture */
+
+typedef struct ts_env {
+    rssm_model model;
+    rssm_backend *backend;
+    rssm_pool *pool;
+    rssm_batch *batch;
+} ts_env;
+
+/* Opens `backend` ("cpu"), a pool of `slots` slots and a batch of
+ * `max_rows` rows (0: no batch). */
+void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
+                 rssm_flush_policy policy, uint32_t max_rows);
+void ts_env_close(ts_env *e);
+
+/* One rssm_batch_step; `out` (ts_out_elems(rows) in the io dtype) is
+ * poisoned first and must come back fully written. */
+void ts_step(ts_env *e, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+             uint32_t snapshot_interval, const ts_inputs *in, void *out);
+
+/* Allocates `n` slots, expecting 0, 1, ..., n-1, each with a random state. */
+void ts_env_alloc_random(ts_env *e, uint32_t n, ts_rng *r);
+
+/* Snapshot of every allocated slot (write_pos and true state) of a pool,
+ * to prove that a failed call changed nothing. */
+typedef struct ts_pool_snapshot {
+    uint32_t slots;
+    uint8_t *allocated;
+    uint32_t *write_pos;
+    float *state; /* [slots][state_elems] */
+    uint32_t free_count;
+} ts_pool_snapshot;
+
+void ts_snapshot_take(ts_pool_snapshot *s, rssm_pool *p);
+/* Fails unless the pool still matches the snapshot bit for bit. */
+void ts_snapshot_expect_equal(const ts_pool_snapshot *s, rssm_pool *p);
+void ts_snapshot_free(ts_pool_snapshot *s);
+
+#endif

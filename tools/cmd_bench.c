@@ -1,0 +1,667 @@
+/* rssm bench: replay against packed decode, timed over whole ring cycles.
+ * The method (and the traffic model behind GB/s) is in docs/bench.md. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include "conform.h"
+#include "rng.h"
+#include "traffic.h"
+
+#include "error.h"
+#include "rssm.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_LIST 16
+
+static void help(void)
+{
+    printf("usage: rssm bench [options]\n"
+           "\n"
+           "Times the replay decode against the packed decode on one backend. Every\n"
+           "configuration is first checked against the float64 oracle (a short trace with\n"
+           "a flush); one that fails is reported as 'incorrect' and not timed. Each timing\n"
+           "runs whole ring cycles (L consecutive steps, the flush included) with inputs\n"
+           "uploaded once, and sums the device time of each step. Enough layers are used\n"
+           "that the state touched per step exceeds --state-mib, so it is not cache-resident.\n"
+           "Copy bandwidth is measured in the same run; GB/s counts the bytes of the\n"
+           "traffic model in docs/bench.md.\n"
+           "\n"
+           "options:\n"
+           "  --backend NAME     backend to time (default auto)\n"
+           "  --batch LIST       rows per step (default 1,16,64)\n"
+           "  --ring-len LIST    ring lengths L (default 8,16)\n"
+           "  --gate LIST        gdn, kda (default both)\n"
+           "  --state LIST       state dtypes fp32, bf16 (default both)\n"
+           "  --ring-dtype T     fp32, fp16 or bf16 (default fp16)\n"
+           "  --io T             q/k/v/output dtype, fp32 or bf16 (default bf16)\n"
+           "  --positions LIST   uniform, staggered (default both): rows all at one ring\n"
+           "                     position, or spread by the RSSM_FLUSH_STAGGERED policy\n"
+           "  --cycles N         timed ring cycles per configuration (default 3)\n"
+           "  --state-mib N      minimum state touched per step, MiB (default 64 on cpu,\n"
+           "                     256 on a GPU)\n"
+           "  --seed N           seed of the random inputs (default 1)\n"
+           "  --quick            a short run: batch 1,16; L 16; fp32 state; 1 cycle; 32 MiB\n"
+           "  --out PREFIX       also write PREFIX.csv and PREFIX.json\n");
+}
+
+typedef struct bench_opts {
+    uint32_t batch[MAX_LIST], ring_len[MAX_LIST];
+    size_t nbatch, nring;
+    rssm_gate_kind gate[2];
+    size_t ngate;
+    rssm_dtype state[2];
+    size_t nstate;
+    rssm_dtype ring_dtype, io_dtype;
+    int positions[2]; /* 0 uniform, 1 staggered */
+    size_t npos;
+    uint32_t cycles;
+    uint32_t state_mib; /* 0: per backend */
+    uint64_t seed;
+} bench_opts;
+
+/* What one timed configuration measured. */
+typedef struct timing {
+    double seconds, bytes;
+    uint32_t steps, layers;
+    double pos_seconds[3]; /* empty ring, full ring (n = L-2), flush: uniform only */
+    uint32_t pos_count[3];
+} timing;
+
+typedef struct result_row {
+    const char *gate, *state, *positions;
+    uint32_t L, batch, layers;
+    const char *status; /* "ok", "incorrect", "unsupported", "error" */
+    char note[512];
+    timing packed, replay;
+} result_row;
+
+/* ------------------------------------------------------------ options */
+
+static int parse_dtype(const char *cmd, const char *opt, const char *s, rssm_dtype *out)
+{
+    if (strcmp(s, "fp32") == 0)
+        *out = RSSM_DTYPE_F32;
+    else if (strcmp(s, "fp16") == 0)
+        *out = RSSM_DTYPE_F16;
+    else if (strcmp(s, "bf16") == 0)
+        *out = RSSM_DTYPE_BF16;
+    else {
+        fprintf(stderr, "rssm %s: %s: unknown dtype '%s' (fp32, fp16, bf16)\n", cmd, opt, s);
+        return 0;
+    }
+    return 1;
+}
+
+/* "a,b" over a fixed vocabulary; returns the indices. */
+static int parse_words(const char *cmd, const char *opt, const char *s, const char *const *words, size_t nw,
+                       int *out, size_t *n)
+{
+    char buf[128];
+    *n = 0;
+    if (strlen(s) >= sizeof buf) {
+        fprintf(stderr, "rssm %s: %s: list too long\n", cmd, opt);
+        return 0;
+    }
+    strcpy(buf, s);
+    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
+        size_t i = 0;
+        while (i < nw && strcmp(tok, words[i]) != 0)
+            i++;
+        if (i == nw) {
+            fprintf(stderr, "rssm %s: %s: unknown value '%s'\n", cmd, opt, tok);
+            return 0;
+        }
+        if (*n == nw) {
+            fprintf(stderr, "rssm %s: %s: too many values\n", cmd, opt);
+            return 0;
+        }
+        out[(*n)++] = (int)i;
+    }
+    if (*n == 0) {
+        fprintf(stderr, "rssm %s: %s: empty list\n", cmd, opt);
+        return 0;
+    }
+    return 1;
+}
+
+/* ------------------------------------------------------------ inputs */
+
+/* Random, non-zero step inputs for `rows` rows in host memory. */
+typedef struct host_inputs {
+    void *q, *k, *v;
+    float *gate, *beta;
+    rssm_step_inputs in;
+} host_inputs;
+
+static void inputs_free(host_inputs *h)
+{
+    free(h->q);
+    free(h->k);
+    free(h->v);
+    free(h->gate);
+    free(h->beta);
+}
+
+static void fill_io(void *dst, rssm_dtype dt, size_t n, rh_rng *r)
+{
+    for (size_t i = 0; i < n; i++) {
+        float x = (float)rh_rng_uniform(r, -1.0, 1.0);
+        if (x == 0.0f)
+            x = 0.5f;
+        if (dt == RSSM_DTYPE_F32) {
+            ((float *)dst)[i] = x;
+        } else { /* bf16: truncation is fine for timing data */
+            uint32_t u;
+            memcpy(&u, &x, 4);
+            ((uint16_t *)dst)[i] = (uint16_t)(u >> 16);
+        }
+    }
+}
+
+static int inputs_make(host_inputs *h, const rssm_model *m, uint32_t rows, uint64_t seed)
+{
+    const size_t io = m->io_dtype == RSSM_DTYPE_F32 ? 4 : 2, L = m->layers;
+    const size_t nqk = L * rows * m->num_qk_heads * m->head_k, nv = L * rows * m->num_v_heads * m->head_v;
+    const size_t ng = L * rows * m->num_v_heads * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1);
+    const size_t nb = L * rows * m->num_v_heads;
+    memset(h, 0, sizeof *h);
+    h->q = malloc(nqk * io);
+    h->k = malloc(nqk * io);
+    h->v = malloc(nv * io);
+    h->gate = malloc(ng * sizeof(float));
+    h->beta = malloc(nb * sizeof(float));
+    if (!h->q || !h->k || !h->v || !h->gate || !h->beta) {
+        inputs_free(h);
+        return 0;
+    }
+    rh_rng r;
+    rh_rng_seed(&r, seed, 0x1b7);
+    fill_io(h->q, m->io_dtype, nqk, &r);
+    fill_io(h->k, m->io_dtype, nqk, &r);
+    fill_io(h->v, m->io_dtype, nv, &r);
+    for (size_t i = 0; i < ng; i++)
+        h->gate[i] = (float)-exp(rh_rng_uniform(&r, log(1e-3), 0.0));
+    for (size_t i = 0; i < nb; i++)
+        h->beta[i] = (float)rh_rng_uniform(&r, 0.05, 0.95);
+    h->in = (rssm_step_inputs){h->q, h->k, h->v, h->gate, h->beta};
+    return 1;
+}
+
+/* ------------------------------------------------------------ timing */
+
+/* Runs `warm` untimed then `steps` timed consecutive steps of `rows` rows on
+ * a fresh pool, summing the device time of each rssm_batch_run and the
+ * traffic-model bytes of what the scheduler planned. */
+static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
+                              uint32_t warm, uint32_t steps, uint64_t seed, timing *t, rssm_error *err)
+{
+    memset(t, 0, sizeof *t);
+    t->layers = m->layers;
+    rssm_pool *pool = NULL;
+    rssm_batch *batch = NULL;
+    host_inputs in = {0};
+    const size_t state_n = (size_t)m->layers * m->num_v_heads * m->head_v * m->head_k;
+    float *state = malloc(state_n * sizeof(float));
+    uint32_t *slots = malloc(rows * sizeof *slots);
+    uint64_t *lens = malloc(rows * sizeof *lens);
+    rssm_row_plan *plan = malloc(rows * sizeof *plan);
+    rssm_status st = RSSM_OK;
+    if (!state || !slots || !lens || !plan || !inputs_make(&in, m, rows, seed)) {
+        st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
+        goto done;
+    }
+    rh_rng r;
+    rh_rng_seed(&r, seed, 0x57a7e);
+    for (size_t i = 0; i < state_n; i++)
+        state[i] = (float)(0.1 * rh_rng_uniform(&r, -1.0, 1.0));
+    if ((st = rssm_pool_create(b, m, rows, policy, &pool, err)) != RSSM_OK)
+        goto done;
+    for (uint32_t i = 0; i < rows; i++) {
+        if ((st = rssm_pool_alloc(pool, &slots[i], err)) != RSSM_OK ||
+            (st = rssm_pool_write_state(pool, slots[i], state, err)) != RSSM_OK)
+            goto done;
+        lens[i] = 1000 + i;
+    }
+    if ((st = rssm_batch_create(pool, rows, &batch, err)) != RSSM_OK ||
+        (st = rssm_batch_upload(batch, rows, &in.in, err)) != RSSM_OK)
+        goto done;
+    const uint32_t L = m->replay ? m->ring_len : 1;
+    for (uint32_t s = 0; s < warm + steps; s++) {
+        for (uint32_t i = 0; i < rows; i++)
+            lens[i]++;
+        if ((st = rssm_pool_plan(pool, rows, slots, lens, 0, plan, err)) != RSSM_OK ||
+            (st = rssm_batch_run(batch, rows, slots, lens, 0, err)) != RSSM_OK)
+            goto done;
+        if (s < warm)
+            continue;
+        double sec;
+        if ((st = rssm_batch_last_run_seconds(batch, &sec, err)) != RSSM_OK)
+            goto done;
+        double bytes = 0.0;
+        for (uint32_t i = 0; i < rows; i++)
+            bytes += rh_traffic_row_bytes(m, plan[i].write_pos, (int)plan[i].is_flush);
+        t->seconds += sec;
+        t->bytes += bytes;
+        t->steps++;
+        /* Per-position costs are meaningful when every row is at one position. */
+        uint32_t n = plan[0].write_pos;
+        if (plan[0].is_flush) {
+            t->pos_seconds[2] += sec;
+            t->pos_count[2]++;
+        }
+        if (!plan[0].is_flush && n == 0) {
+            t->pos_seconds[0] += sec;
+            t->pos_count[0]++;
+        }
+        if (!plan[0].is_flush && L >= 2 && n == L - 2) {
+            t->pos_seconds[1] += sec;
+            t->pos_count[1]++;
+        }
+    }
+done:
+    rssm_batch_destroy(&batch);
+    rssm_pool_destroy(&pool);
+    inputs_free(&in);
+    free(state);
+    free(slots);
+    free(lens);
+    free(plan);
+    return st;
+}
+
+/* One short conformance check of the configuration (one layer, up to four
+ * rows, two ring cycles and a bit) against the oracle. */
+static rh_verdict verify(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
+                         uint64_t seed, char *note, size_t size)
+{
+    rh_case c;
+    memset(&c, 0, sizeof c);
+    snprintf(c.name, sizeof c.name, "bench-check/%s/%s/L%u/%s", rssm_gate_kind_name(m->gate_kind),
+             rssm_dtype_name(m->state_dtype), m->replay ? m->ring_len : 0, policy ? "staggered" : "uniform");
+    c.model = *m;
+    c.model.layers = 1;
+    c.batch = rows < 4 ? rows : 4;
+    uint32_t L = m->replay ? m->ring_len : 1;
+    c.steps = 2 * L + 2 < 6 ? 6 : 2 * L + 2;
+    c.policy = policy;
+    c.tol = rh_tolerance(&c.model);
+    rh_prepared p;
+    rssm_error err;
+    if (rh_prepare_case(&c, seed, &p, &err) != RSSM_OK) {
+        snprintf(note, size, "oracle: %s", err.message);
+        return RH_FAIL;
+    }
+    rh_result r;
+    rh_verdict v = rh_run_case(&p, b, NULL, &r, NULL);
+    rh_prepared_free(&p);
+    if (v == RH_FAIL)
+        snprintf(note, size, "%s out err %.2e state err %.2e tol %.0e %s", m->replay ? "replay" : "packed",
+                 r.out_err, r.state_err, r.tol, r.note);
+    else if (v == RH_SKIP)
+        snprintf(note, size, "%s", r.note);
+    return v;
+}
+
+/* Layers so that rows x layers x checkpoint bytes >= target. */
+static uint32_t pick_layers(const rssm_model *m, uint32_t rows, double target)
+{
+    double per = (double)rows * m->num_v_heads * m->head_v * m->head_k *
+                 (m->state_dtype == RSSM_DTYPE_F32 ? 4.0 : 2.0);
+    double l = ceil(target / per);
+    return l < 1 ? 1 : l > 4096 ? 4096 : (uint32_t)l;
+}
+
+static double us_per_step(const timing *t) { return t->steps ? 1e6 * t->seconds / t->steps : NAN; }
+static double gbs(const timing *t) { return t->seconds > 0 ? t->bytes / t->seconds / 1e9 : NAN; }
+static double pos_us(const timing *t, int i)
+{
+    return t->pos_count[i] ? 1e6 * t->pos_seconds[i] / t->pos_count[i] : NAN;
+}
+
+static void print_table_header(void)
+{
+    printf("%-4s %-5s %3s %5s %-9s %6s | %10s %8s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s\n", "gate", "state",
+           "L", "batch", "positions", "layers", "packed us", "GB/s", "%copy", "replay us", "GB/s", "%copy",
+           "speedup", "empty", "full", "flush", "status");
+}
+
+static void fmt(char *buf, size_t n, const char *f, double x)
+{
+    if (isnan(x))
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, f, x);
+}
+
+static void print_table_row(const result_row *r, double copy_bps)
+{
+    char pu[16], pg[16], pp[16], ru[16], rg[16], rp[16], sp[16], e[16], f[16], fl[16];
+    double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
+    fmt(pu, sizeof pu, "%.1f", pus);
+    fmt(pg, sizeof pg, "%.2f", gbs(&r->packed));
+    fmt(pp, sizeof pp, "%.0f%%", 100.0 * gbs(&r->packed) * 1e9 / copy_bps);
+    fmt(ru, sizeof ru, "%.1f", rus);
+    fmt(rg, sizeof rg, "%.2f", gbs(&r->replay));
+    fmt(rp, sizeof rp, "%.0f%%", 100.0 * gbs(&r->replay) * 1e9 / copy_bps);
+    fmt(sp, sizeof sp, "%.2fx", pus / rus);
+    /* Per-position costs as packed/position: > 1 means faster than packed. */
+    fmt(e, sizeof e, "%.2fx", pus / pos_us(&r->replay, 0));
+    fmt(f, sizeof f, "%.2fx", pus / pos_us(&r->replay, 1));
+    fmt(fl, sizeof fl, "%.2fx", pus / pos_us(&r->replay, 2));
+    printf("%-4s %-5s %3u %5u %-9s %6u | %10s %8s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s%s%s\n", r->gate,
+           r->state, r->L, r->batch, r->positions, r->layers, pu, pg, pp, ru, rg, rp, sp, e, f, fl, r->status,
+           r->note[0] ? ": " : "", r->note);
+    fflush(stdout);
+}
+
+static void json_num(FILE *f, const char *key, double x, int comma)
+{
+    if (isnan(x) || isinf(x))
+        fprintf(f, "\"%s\": null%s", key, comma ? ", " : "");
+    else
+        fprintf(f, "\"%s\": %.6g%s", key, x, comma ? ", " : "");
+}
+
+static void json_str(FILE *f, const char *key, const char *s, int comma)
+{
+    fprintf(f, "\"%s\": \"", key);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\')
+            fputc('\\', f);
+        fputc((unsigned char)*s < 0x20 ? ' ' : *s, f);
+    }
+    fprintf(f, "\"%s", comma ? ", " : "");
+}
+
+static int write_outputs(const char *prefix, const result_row *rows, size_t n, const char *backend,
+                         const char *device, const bench_opts *o, double copy_bps)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s.csv", prefix);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 0;
+    }
+    fprintf(f, "backend,gate,state_dtype,ring_dtype,io_dtype,ring_len,batch,positions,layers,status,"
+               "packed_us,packed_gbs,packed_pct_copy,replay_us,replay_gbs,replay_pct_copy,speedup,"
+               "empty_us,full_us,flush_us,copy_gbs,note\n");
+    for (size_t i = 0; i < n; i++) {
+        const result_row *r = &rows[i];
+        double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
+        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%s,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,\"%s\"\n",
+                backend, r->gate, r->state, rssm_dtype_name(o->ring_dtype), rssm_dtype_name(o->io_dtype), r->L,
+                r->batch, r->positions, r->layers, r->status, pus, gbs(&r->packed),
+                100.0 * gbs(&r->packed) * 1e9 / copy_bps, rus, gbs(&r->replay),
+                100.0 * gbs(&r->replay) * 1e9 / copy_bps, pus / rus, pos_us(&r->replay, 0), pos_us(&r->replay, 1),
+                pos_us(&r->replay, 2), copy_bps / 1e9, r->note);
+    }
+    int ok = fclose(f) == 0;
+    snprintf(path, sizeof path, "%s.json", prefix);
+    if (!(f = fopen(path, "w"))) {
+        perror(path);
+        return 0;
+    }
+    fprintf(f, "{");
+    json_str(f, "backend", backend, 1);
+    json_str(f, "device", device, 1);
+    json_num(f, "copy_gbs", copy_bps / 1e9, 1);
+    json_str(f, "ring_dtype", rssm_dtype_name(o->ring_dtype), 1);
+    json_str(f, "io_dtype", rssm_dtype_name(o->io_dtype), 1);
+    fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu,\n \"rows\": [\n", o->cycles, o->state_mib,
+            (unsigned long long)o->seed);
+    for (size_t i = 0; i < n; i++) {
+        const result_row *r = &rows[i];
+        double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
+        fprintf(f, "  {");
+        json_str(f, "gate", r->gate, 1);
+        json_str(f, "state_dtype", r->state, 1);
+        fprintf(f, "\"ring_len\": %u, \"batch\": %u, \"layers\": %u, ", r->L, r->batch, r->layers);
+        json_str(f, "positions", r->positions, 1);
+        json_str(f, "status", r->status, 1);
+        json_str(f, "note", r->note, 1);
+        json_num(f, "packed_us", pus, 1);
+        json_num(f, "packed_gbs", gbs(&r->packed), 1);
+        json_num(f, "replay_us", rus, 1);
+        json_num(f, "replay_gbs", gbs(&r->replay), 1);
+        json_num(f, "speedup", pus / rus, 1);
+        json_num(f, "empty_us", pos_us(&r->replay, 0), 1);
+        json_num(f, "full_us", pos_us(&r->replay, 1), 1);
+        json_num(f, "flush_us", pos_us(&r->replay, 2), 0);
+        fprintf(f, "}%s\n", i + 1 < n ? "," : "");
+    }
+    fprintf(f, " ]\n}\n");
+    ok = (fclose(f) == 0) && ok;
+    if (ok)
+        printf("\nwrote %s.csv and %s.json\n", prefix, prefix);
+    return ok;
+}
+
+int cmd_bench(int argc, char **argv)
+{
+    const char *cmd = "bench";
+    static const char *const gate_words[] = {"gdn", "kda"};
+    static const char *const state_words[] = {"fp32", "bf16"};
+    static const char *const pos_words[] = {"uniform", "staggered"};
+    bench_opts o = {
+        .batch = {1, 16, 64}, .nbatch = 3,
+        .ring_len = {8, 16}, .nring = 2,
+        .gate = {RSSM_GATE_GDN, RSSM_GATE_KDA}, .ngate = 2,
+        .state = {RSSM_DTYPE_F32, RSSM_DTYPE_BF16}, .nstate = 2,
+        .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16,
+        .positions = {0, 1}, .npos = 2,
+        .cycles = 3, .state_mib = 0, .seed = 1,
+    };
+    const char *backend = "auto", *out = NULL;
+    int quick = 0, set_batch = 0, set_ring = 0, set_state = 0, set_cycles = 0, set_mib = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int k, idx[4];
+        size_t n;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            help();
+            return 0;
+        } else if (cli_flag(argv[i], "--quick")) {
+            quick = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--backend", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            backend = v;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--out", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            out = v;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--batch", &v)) != 0) {
+            if (k < 0 || !cli_u32_list(cmd, "--batch", v, o.batch, MAX_LIST, &o.nbatch))
+                return CLI_USAGE;
+            for (size_t j = 0; j < o.nbatch; j++)
+                if (o.batch[j] == 0 || o.batch[j] > 65536) {
+                    fprintf(stderr, "rssm bench: --batch: %u is not in 1..65536\n", o.batch[j]);
+                    return CLI_USAGE;
+                }
+            set_batch = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--ring-len", &v)) != 0) {
+            if (k < 0 || !cli_u32_list(cmd, "--ring-len", v, o.ring_len, MAX_LIST, &o.nring))
+                return CLI_USAGE;
+            for (size_t j = 0; j < o.nring; j++)
+                if (o.ring_len[j] == 0 || o.ring_len[j] > RSSM_MAX_RING_LEN) {
+                    fprintf(stderr, "rssm bench: --ring-len: %u is not in 1..%u\n", o.ring_len[j],
+                            RSSM_MAX_RING_LEN);
+                    return CLI_USAGE;
+                }
+            set_ring = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--gate", &v)) != 0) {
+            if (k < 0 || !parse_words(cmd, "--gate", v, gate_words, 2, idx, &n))
+                return CLI_USAGE;
+            o.ngate = n;
+            for (size_t j = 0; j < n; j++)
+                o.gate[j] = idx[j] ? RSSM_GATE_KDA : RSSM_GATE_GDN;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--state", &v)) != 0) {
+            if (k < 0 || !parse_words(cmd, "--state", v, state_words, 2, idx, &n))
+                return CLI_USAGE;
+            o.nstate = n;
+            for (size_t j = 0; j < n; j++)
+                o.state[j] = idx[j] ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32;
+            set_state = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--positions", &v)) != 0) {
+            if (k < 0 || !parse_words(cmd, "--positions", v, pos_words, 2, idx, &n))
+                return CLI_USAGE;
+            o.npos = n;
+            for (size_t j = 0; j < n; j++)
+                o.positions[j] = idx[j];
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--ring-dtype", &v)) != 0) {
+            if (k < 0 || !parse_dtype(cmd, "--ring-dtype", v, &o.ring_dtype))
+                return CLI_USAGE;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--io", &v)) != 0) {
+            if (k < 0 || !parse_dtype(cmd, "--io", v, &o.io_dtype))
+                return CLI_USAGE;
+            if (o.io_dtype == RSSM_DTYPE_F16) {
+                fprintf(stderr, "rssm bench: --io: fp32 or bf16\n");
+                return CLI_USAGE;
+            }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--cycles", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--cycles", v, &o.cycles))
+                return CLI_USAGE;
+            if (o.cycles == 0 || o.cycles > 1000) {
+                fprintf(stderr, "rssm bench: --cycles must be in 1..1000\n");
+                return CLI_USAGE;
+            }
+            set_cycles = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--state-mib", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--state-mib", v, &o.state_mib))
+                return CLI_USAGE;
+            if (o.state_mib == 0 || o.state_mib > 65536) {
+                fprintf(stderr, "rssm bench: --state-mib must be in 1..65536\n");
+                return CLI_USAGE;
+            }
+            set_mib = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--seed", &v)) != 0) {
+            if (k < 0 || !cli_u64(cmd, "--seed", v, &o.seed))
+                return CLI_USAGE;
+        } else {
+            return cli_unknown(cmd, argv[i]);
+        }
+    }
+    if (quick) { /* explicit options still win */
+        if (!set_batch) {
+            o.batch[0] = 1, o.batch[1] = 16;
+            o.nbatch = 2;
+        }
+        if (!set_ring) {
+            o.ring_len[0] = 16;
+            o.nring = 1;
+        }
+        if (!set_state)
+            o.nstate = 1;
+        if (!set_cycles)
+            o.cycles = 1;
+        if (!set_mib)
+            o.state_mib = 32;
+    }
+
+    rssm_backend *b = NULL;
+    rssm_error err;
+    rssm_status st = rssm_backend_create(backend, &b, &err);
+    if (st != RSSM_OK) {
+        fprintf(stderr, "rssm bench: cannot start backend '%s': %s\n", backend, err.message);
+        return 1;
+    }
+    const char *bname = rssm_backend_name(b);
+    int is_cpu = strncmp(bname, "cpu", 3) == 0;
+    if (!o.state_mib)
+        o.state_mib = is_cpu ? 64 : 256;
+    const double target = (double)o.state_mib * 1048576.0;
+    double copy_bps = NAN;
+    if ((st = rssm_backend_copy_bandwidth(b, (size_t)target, &copy_bps, &err)) != RSSM_OK) {
+        fprintf(stderr, "rssm bench: copy bandwidth: %s\n", err.message);
+        rssm_backend_destroy(&b);
+        return 1;
+    }
+    printf("backend %s (%s)\ncopy bandwidth %.2f GB/s over %u MiB buffers (read + write)\n", bname,
+           rssm_backend_device(b), copy_bps / 1e9, o.state_mib);
+    printf("ring %s, io %s, %u timed cycle(s) per configuration, >= %u MiB of state per step\n"
+           "speedup = packed us / replay us (amortised over whole cycles); empty / full / flush =\n"
+           "packed us / replay us of the step with an empty ring, a full ring (n = L-2), and the flush\n\n",
+           rssm_dtype_name(o.ring_dtype), rssm_dtype_name(o.io_dtype), o.cycles, o.state_mib);
+    print_table_header();
+
+    size_t cap = o.ngate * o.nstate * o.nbatch * o.nring * o.npos;
+    result_row *rows = calloc(cap ? cap : 1, sizeof *rows);
+    size_t nrows = 0;
+    int failed = 0;
+    uint32_t max_L = 1;
+    for (size_t i = 0; i < o.nring; i++)
+        max_L = o.ring_len[i] > max_L ? o.ring_len[i] : max_L;
+    for (size_t gi = 0; gi < o.ngate && rows; gi++) {
+        for (size_t si = 0; si < o.nstate; si++) {
+            for (size_t bi = 0; bi < o.nbatch; bi++) {
+                const uint32_t B = o.batch[bi];
+                rssm_model base;
+                rssm_model_preset(&base, o.gate[gi] == RSSM_GATE_KDA ? "kimi-linear-kda" : "qwen3.5-gdn", NULL);
+                base.state_dtype = o.state[si];
+                base.ring_dtype = o.ring_dtype;
+                base.io_dtype = o.io_dtype;
+                base.layers = pick_layers(&base, B, target);
+                /* The packed baseline, shared by every L and position mode. */
+                rssm_model packed = base;
+                packed.replay = 0;
+                timing pt = {0};
+                const char *pstatus = "ok";
+                char pnote[512] = "";
+                rh_verdict v = verify(b, &packed, B, RSSM_FLUSH_ALIGNED, o.seed, pnote, sizeof pnote);
+                if (v != RH_PASS) {
+                    pstatus = v == RH_SKIP ? "unsupported" : "incorrect";
+                } else if (time_model(b, &packed, B, RSSM_FLUSH_ALIGNED, 2, o.cycles * max_L, o.seed, &pt, &err) !=
+                           RSSM_OK) {
+                    pstatus = "error";
+                    snprintf(pnote, sizeof pnote, "packed: %s", err.message);
+                }
+                for (size_t li = 0; li < o.nring; li++) {
+                    for (size_t pi = 0; pi < o.npos; pi++) {
+                        result_row *r = &rows[nrows++];
+                        rssm_model m = base;
+                        m.ring_len = o.ring_len[li];
+                        rssm_flush_policy pol = o.positions[pi] ? RSSM_FLUSH_STAGGERED : RSSM_FLUSH_ALIGNED;
+                        r->gate = gate_words[o.gate[gi] == RSSM_GATE_KDA];
+                        r->state = state_words[o.state[si] == RSSM_DTYPE_BF16];
+                        r->positions = pos_words[o.positions[pi]];
+                        r->L = m.ring_len;
+                        r->batch = B;
+                        r->layers = m.layers;
+                        r->packed = pt;
+                        r->status = pstatus;
+                        snprintf(r->note, sizeof r->note, "%s", pnote);
+                        if (strcmp(pstatus, "ok") == 0) {
+                            v = verify(b, &m, B, pol, o.seed, r->note, sizeof r->note);
+                            if (v != RH_PASS) {
+                                r->status = v == RH_SKIP ? "unsupported" : "incorrect";
+                            } else if (time_model(b, &m, B, pol, m.ring_len, o.cycles * m.ring_len, o.seed,
+                                                  &r->replay, &err) != RSSM_OK) {
+                                r->status = "error";
+                                snprintf(r->note, sizeof r->note, "replay: %s", err.message);
+                            }
+                        }
+                        if (strcmp(r->status, "ok") != 0 && strcmp(r->status, "unsupported") != 0)
+                            failed = 1;
+                        if (o.positions[pi] == 1) /* rows sit at mixed positions: only the average means something */
+                            r->replay.pos_count[0] = r->replay.pos_count[1] = r->replay.pos_count[2] = 0;
+                        print_table_row(r, copy_bps);
+                    }
+                }
+            }
+        }
+    }
+    int ok = 1;
+    if (out && rows)
+        ok = write_outputs(out, rows, nrows, bname, rssm_backend_device(b), &o, copy_bps);
+    if (!rows)
+        fprintf(stderr, "rssm bench: out of memory\n");
+    free(rows);
+    rssm_backend_destroy(&b);
+    return failed || !ok || !rows ? 1 : 0;
+}

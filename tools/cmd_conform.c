@@ -1,0 +1,365 @@
+/* rssm conform: every conformance case (or a trace from .npy files) on every
+ * backend, against the float64 oracle. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "cli.h"
+
+#include "conform.h"
+#include "trace.h"
+
+#include "rssm.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define MAX_BACKENDS 16
+#define MAX_FILTERS 16
+
+static void help(void)
+{
+    printf("usage: rssm conform [options]\n"
+           "\n"
+           "Runs seeded decode traces through every backend and variant built in, replay and\n"
+           "packed, and compares outputs (all steps) and the final true states against a\n"
+           "float64 oracle by relative L2 error. Outputs are poisoned with NaN before every\n"
+           "step; NaN never passes. A backend that cannot start, or does not support a case,\n"
+           "is reported as SKIP with the reason. Exit status: 0 if nothing failed, 1 if any\n"
+           "case failed, 2 on a usage error.\n"
+           "\n"
+           "options:\n"
+           "  --backend NAME   run on NAME only (repeatable; default: every backend built in)\n"
+           "  --case FILTER    run the cases whose name contains FILTER (repeatable)\n"
+           "  --list           list the case names and exit\n"
+           "  --seed N         seed of the generated traces (default 1)\n"
+           "  --steps N        steps of every case (default: about 3.5 ring cycles)\n"
+           "  --layers N       layers of the preset shapes (default 2)\n"
+           "  --batch N        rows per step (default 4)\n"
+           "  --quick          one layer and a quarter of the presets' heads (K = V = 128\n"
+           "                   kept): the same cases, about 8x less work\n"
+           "  --trace DIR      check the trace stored in DIR (docs/trace-format.md) instead\n"
+           "                   of the generated cases; if DIR has expected_out.npy the oracle\n"
+           "                   is checked against it too\n"
+           "  --dump DIR       also write each selected case's trace and the oracle's outputs\n"
+           "                   to DIR/<case name>/ in the same format\n");
+}
+
+/* A case's name as a directory name: '/' becomes '_'. */
+static void dir_name(char *out, size_t size, const char *dir, const char *name)
+{
+    int n = snprintf(out, size, "%s/", dir);
+    for (const char *p = name; *p && (size_t)n + 1 < size; p++)
+        out[n++] = *p == '/' ? '_' : *p;
+    out[n < (int)size ? n : (int)size - 1] = '\0';
+}
+
+static int make_dir(const char *path)
+{
+    if (mkdir(path, 0777) == 0 || errno == EEXIST)
+        return 1;
+    fprintf(stderr, "rssm conform: cannot create %s: %s\n", path, strerror(errno));
+    return 0;
+}
+
+static void print_header(void)
+{
+    printf("%-34s %-24s %10s %10s %8s  %-6s %7s  %s\n", "case", "backend", "out err", "state err", "tol",
+           "result", "time", "note");
+}
+
+static void print_row(const char *c, const char *backend, const rh_result *r)
+{
+    char oe[16] = "-", se[16] = "-", tol[16] = "-", tm[16] = "-";
+    if (!isnan(r->out_err))
+        snprintf(oe, sizeof oe, "%.2e", r->out_err);
+    if (!isnan(r->state_err))
+        snprintf(se, sizeof se, "%.2e", r->state_err);
+    if (r->tol > 0)
+        snprintf(tol, sizeof tol, "%.0e", r->tol);
+    if (r->seconds > 0)
+        snprintf(tm, sizeof tm, "%.2fs", r->seconds);
+    printf("%-34s %-24s %10s %10s %8s  %-6s %7s  %s\n", c, backend, oe, se, tol, rh_verdict_name(r->verdict), tm,
+           r->note);
+    fflush(stdout);
+}
+
+typedef struct backend_slot {
+    const char *name;
+    rssm_backend *b;
+    char why[RSSM_ERROR_MESSAGE_MAX + 32];
+} backend_slot;
+
+static int same_family(const char *a, const char *b)
+{
+    size_t na = strcspn(a, ":"), nb = strcspn(b, ":");
+    return na == nb && strncmp(a, b, na) == 0;
+}
+
+/* The backend a MIGRATE case moves slots to: the CPU for a GPU backend; for
+ * the CPU, the first other family that started, else a second CPU. */
+static rssm_backend *pick_other(backend_slot *bs, size_t n, size_t self, rssm_backend **spare)
+{
+    const char *me = bs[self].name;
+    if (!same_family(me, "cpu")) {
+        for (size_t i = 0; i < n; i++)
+            if (bs[i].b && same_family(bs[i].name, "cpu"))
+                return bs[i].b;
+    } else {
+        for (size_t i = 0; i < n; i++)
+            if (bs[i].b && !same_family(bs[i].name, "cpu"))
+                return bs[i].b;
+    }
+    if (!*spare && rssm_backend_create("cpu", spare, NULL) != RSSM_OK)
+        *spare = NULL;
+    return *spare;
+}
+
+typedef struct tally {
+    int pass, fail, skip;
+} tally;
+
+static void count(tally *t, rh_verdict v)
+{
+    if (v == RH_PASS)
+        t->pass++;
+    else if (v == RH_FAIL)
+        t->fail++;
+    else
+        t->skip++;
+}
+
+static void run_prepared(const rh_prepared *p, backend_slot *bs, size_t nb, rssm_backend **spare, tally *t)
+{
+    for (size_t i = 0; i < nb; i++) {
+        if (!bs[i].b)
+            continue; /* reported once, up front */
+        rh_result r;
+        rh_run_case(p, bs[i].b, pick_other(bs, nb, i, spare), &r, NULL);
+        print_row(p->c.name, bs[i].name, &r);
+        count(t, r.verdict);
+    }
+}
+
+static int matches(const char *name, char **filters, size_t nf)
+{
+    if (nf == 0)
+        return 1;
+    for (size_t i = 0; i < nf; i++)
+        if (strstr(name, filters[i]))
+            return 1;
+    return 0;
+}
+
+/* Writes the prepared case as a trace directory with the oracle's outputs. */
+static int dump_case(const rh_prepared *p, const char *dir)
+{
+    char path[4096];
+    if (p->c.event == RH_EVENT_COPY) {
+        printf("(--dump: %s not written: a pool copy is not part of the trace format)\n", p->c.name);
+        return 1;
+    }
+    dir_name(path, sizeof path, dir, p->c.name);
+    if (!make_dir(path))
+        return 0;
+    size_t n = (size_t)p->trace.steps * rh_trace_v_per_step(&p->trace);
+    float *expected = malloc(n * sizeof(float));
+    if (!expected) {
+        fprintf(stderr, "rssm conform: out of memory\n");
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++)
+        expected[i] = (float)p->ref_out[i];
+    rssm_error err;
+    rssm_status st = rh_trace_save(&p->trace, path, expected, &err);
+    free(expected);
+    if (st != RSSM_OK) {
+        fprintf(stderr, "rssm conform: --dump: %s\n", err.message);
+        return 0;
+    }
+    return 1;
+}
+
+int cmd_conform(int argc, char **argv)
+{
+    const char *cmd = "conform";
+    const char *backends[MAX_BACKENDS];
+    char *filters[MAX_FILTERS];
+    size_t nb = 0, nf = 0;
+    uint64_t seed = 1;
+    rh_case_options opt = {0};
+    const char *trace_dir = NULL, *dump_dir = NULL;
+    int list = 0, quick = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *v = NULL;
+        int k;
+        if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
+            help();
+            return 0;
+        } else if (cli_flag(argv[i], "--list")) {
+            list = 1;
+        } else if (cli_flag(argv[i], "--quick")) {
+            quick = 1;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--backend", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            if (nb == MAX_BACKENDS) {
+                fprintf(stderr, "rssm conform: at most %d --backend options\n", MAX_BACKENDS);
+                return CLI_USAGE;
+            }
+            backends[nb++] = v;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--case", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            if (nf == MAX_FILTERS) {
+                fprintf(stderr, "rssm conform: at most %d --case options\n", MAX_FILTERS);
+                return CLI_USAGE;
+            }
+            filters[nf++] = (char *)v;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--seed", &v)) != 0) {
+            if (k < 0 || !cli_u64(cmd, "--seed", v, &seed))
+                return CLI_USAGE;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--steps", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--steps", v, &opt.steps))
+                return CLI_USAGE;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--layers", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--layers", v, &opt.layers))
+                return CLI_USAGE;
+            if (opt.layers == 0) {
+                fprintf(stderr, "rssm conform: --layers must be > 0\n");
+                return CLI_USAGE;
+            }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--batch", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--batch", v, &opt.batch))
+                return CLI_USAGE;
+            if (opt.batch < 2) {
+                fprintf(stderr, "rssm conform: --batch must be >= 2 (the copy case needs two rows)\n");
+                return CLI_USAGE;
+            }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--trace", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            trace_dir = v;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--dump", &v)) != 0) {
+            if (k < 0)
+                return CLI_USAGE;
+            dump_dir = v;
+        } else {
+            return cli_unknown(cmd, argv[i]);
+        }
+    }
+    if (quick) {
+        opt.head_div = 4;
+        if (!opt.layers)
+            opt.layers = 1;
+    }
+    if (opt.steps != 0 && opt.steps < 4) {
+        fprintf(stderr, "rssm conform: --steps must be >= 4\n");
+        return CLI_USAGE;
+    }
+    if (trace_dir && (dump_dir || nf)) {
+        fprintf(stderr, "rssm conform: --trace cannot be combined with --dump or --case\n");
+        return CLI_USAGE;
+    }
+
+    rh_case *cases = NULL;
+    size_t ncases = 0;
+    rssm_error err;
+    if (rh_cases_default(&opt, &cases, &ncases, &err) != RSSM_OK) {
+        fprintf(stderr, "rssm conform: %s\n", err.message);
+        return 1;
+    }
+    size_t selected = 0;
+    for (size_t i = 0; i < ncases; i++)
+        selected += matches(cases[i].name, filters, nf);
+    if (list) {
+        for (size_t i = 0; i < ncases; i++)
+            if (matches(cases[i].name, filters, nf))
+                printf("%s\n", cases[i].name);
+        free(cases);
+        return 0;
+    }
+    if (!trace_dir && selected == 0) {
+        fprintf(stderr, "rssm conform: no case matches the --case filters (see rssm conform --list)\n");
+        free(cases);
+        return CLI_USAGE;
+    }
+    if (dump_dir && !make_dir(dump_dir)) {
+        free(cases);
+        return 1;
+    }
+
+    /* Start every backend once, up front; one that cannot start is one SKIP line. */
+    backend_slot bs[MAX_BACKENDS];
+    if (nb == 0) {
+        for (size_t i = 0; i < rssm_backend_name_count() && nb < MAX_BACKENDS; i++)
+            backends[nb++] = rssm_backend_name_at(i);
+    }
+    print_header();
+    tally t = {0};
+    for (size_t i = 0; i < nb; i++) {
+        bs[i].name = backends[i];
+        bs[i].b = NULL;
+        rssm_status st = rssm_backend_create(backends[i], &bs[i].b, &err);
+        if (st != RSSM_OK) {
+            rh_result r = {.verdict = RH_SKIP, .out_err = NAN, .state_err = NAN};
+            snprintf(r.note, sizeof r.note, "cannot start: %s", err.message);
+            char what[48];
+            snprintf(what, sizeof what, trace_dir ? "(the trace)" : "(all %zu cases)", selected);
+            print_row(what, backends[i], &r);
+            t.skip += trace_dir ? 1 : (int)selected;
+            bs[i].b = NULL;
+        }
+    }
+    rssm_backend *spare = NULL;
+    int usage_or_io_error = 0;
+
+    if (trace_dir) {
+        rh_trace tr;
+        rh_prepared p;
+        if (rh_trace_load(trace_dir, &tr, &err) != RSSM_OK ||
+            rh_prepare_trace(&tr, "trace", &p, &err) != RSSM_OK) {
+            fprintf(stderr, "rssm conform: --trace %s: %s\n", trace_dir, err.message);
+            usage_or_io_error = 1;
+        } else {
+            if (p.trace.expected) {
+                /* The user's engine against the oracle, same tolerance. */
+                size_t n = (size_t)p.trace.steps * rh_trace_v_per_step(&p.trace);
+                rh_result r = {.state_err = NAN, .tol = p.c.tol};
+                r.out_err = rh_rel_l2_f(p.trace.expected, p.ref_out, n);
+                r.verdict = r.out_err <= r.tol ? RH_PASS : RH_FAIL;
+                snprintf(r.note, sizeof r.note, "expected_out.npy against the oracle");
+                print_row("trace", "expected", &r);
+                count(&t, r.verdict);
+            }
+            run_prepared(&p, bs, nb, &spare, &t);
+            rh_prepared_free(&p);
+        }
+    } else {
+        for (size_t c = 0; c < ncases; c++) {
+            if (!matches(cases[c].name, filters, nf))
+                continue;
+            rh_prepared p;
+            if (rh_prepare_case(&cases[c], seed, &p, &err) != RSSM_OK) {
+                rh_result r = {.verdict = RH_FAIL, .out_err = NAN, .state_err = NAN};
+                snprintf(r.note, sizeof r.note, "oracle: %s", err.message);
+                print_row(cases[c].name, "oracle", &r);
+                t.fail++;
+                continue;
+            }
+            if (dump_dir && !dump_case(&p, dump_dir))
+                usage_or_io_error = 1;
+            run_prepared(&p, bs, nb, &spare, &t);
+            rh_prepared_free(&p);
+        }
+    }
+    printf("\n%d passed, %d failed, %d skipped (seed %llu)\n", t.pass, t.fail, t.skip,
+           (unsigned long long)seed);
+    for (size_t i = 0; i < nb; i++)
+        rssm_backend_destroy(&bs[i].b);
+    rssm_backend_destroy(&spare);
+    free(cases);
+    return t.fail || usage_or_io_error ? 1 : 0;
+}

@@ -1,0 +1,710 @@
+/* Conformance: the case list, the oracle run, and the backend run. */
+#define _POSIX_C_SOURCE 200809L
+
+#include "conform.h"
+
+#include "dtype.h"
+#include "error.h"
+#include "oracle.h"
+#include "rng.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+const char *rh_verdict_name(rh_verdict v)
+{
+    switch (v) {
+    case RH_PASS: return "PASS";
+    case RH_FAIL: return "FAIL";
+    case RH_SKIP: return "SKIP";
+    }
+    return "?";
+}
+
+double rh_tolerance(const rssm_model *m)
+{
+    int ring = m->replay && m->ring_len > 1;
+    if (m->state_dtype == RSSM_DTYPE_BF16 || m->io_dtype == RSSM_DTYPE_BF16 ||
+        (ring && m->ring_dtype == RSSM_DTYPE_BF16))
+        return 1e-2;
+    if (ring && m->ring_dtype == RSSM_DTYPE_F16)
+        return 2e-3;
+    return 1e-5;
+}
+
+double rh_backend_tolerance(const rssm_backend *b, const rssm_model *m, double tol)
+{
+    const char *name = rssm_backend_name(b);
+    if (name && strstr(name, "coopmat") && m->replay && tol < 2e-3)
+        return 2e-3;
+    return tol;
+}
+
+double rh_rel_l2_f(const float *x, const double *ref, size_t n)
+{
+    double num = 0.0, den = 0.0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(x[i]))
+            return INFINITY;
+        double d = (double)x[i] - ref[i];
+        num += d * d;
+        den += ref[i] * ref[i];
+    }
+    if (den == 0.0)
+        return num == 0.0 ? 0.0 : INFINITY;
+    return sqrt(num / den);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* ------------------------------------------------------------ cases */
+
+#define MAX_CASES 64
+
+/* The template every case starts from: the preset's shape with few layers,
+ * fp32 everywhere (so the tightest tolerance applies unless a case is about
+ * a narrower dtype), 3.5 ring cycles. */
+static rh_case base_case(const char *preset, int replay, uint32_t ring_len, const rh_case_options *o)
+{
+    rh_case c;
+    memset(&c, 0, sizeof c);
+    rssm_model_preset(&c.model, preset, NULL);
+    c.model.layers = o->layers ? o->layers : 2;
+    if (o->head_div > 1) {
+        c.model.num_qk_heads = c.model.num_qk_heads / o->head_div ? c.model.num_qk_heads / o->head_div : 1;
+        c.model.num_v_heads = c.model.num_v_heads / o->head_div ? c.model.num_v_heads / o->head_div : 1;
+    }
+    c.model.replay = replay;
+    c.model.ring_len = ring_len;
+    c.model.ring_dtype = RSSM_DTYPE_F32;
+    c.batch = o->batch ? o->batch : 4;
+    c.policy = RSSM_FLUSH_ALIGNED;
+    return c;
+}
+
+/* Step count, event positions and tolerance, once the model is final. */
+static void finish_case(rh_case *c, const rh_case_options *o)
+{
+    uint32_t L = c->model.replay ? c->model.ring_len : 1;
+    uint32_t steps = c->model.replay ? 3 * L + L / 2 : 16;
+    if (steps < 12)
+        steps = 12;
+    c->steps = o->steps ? o->steps : steps;
+    if (c->event != RH_EVENT_NONE) {
+        /* Mid-ring of the second cycle, then (MIGRATE) back mid-ring of the third. */
+        c->event_step = L + L / 2 - 1;
+        c->event_end = 2 * L + 5;
+        if (c->event_step < 1)
+            c->event_step = 1;
+        if (c->event_step >= c->steps)
+            c->event_step = c->steps / 2;
+        if (c->event_end <= c->event_step || c->event_end >= c->steps)
+            c->event_end = c->event_step + (c->steps - c->event_step) / 2;
+    }
+    c->tol = rh_tolerance(&c->model);
+}
+
+rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t *count, rssm_error *err)
+{
+    rh_case_options o = opt ? *opt : (rh_case_options){0};
+    rh_case *v = calloc(MAX_CASES, sizeof *v);
+    if (!v)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cases: out of host memory");
+    size_t n = 0;
+    static const struct { const char *gate, *preset; } gates[] = {
+        {"gdn", "qwen3.5-gdn"}, {"kda", "kimi-linear-kda"}};
+#define ADD(suffix, mode) (snprintf(c.name, sizeof c.name, "%s/%s/%s", gates[g].gate, mode, suffix), \
+                           finish_case(&c, &o), v[n++] = c)
+    for (size_t g = 0; g < 2; g++) {
+        const char *p = gates[g].preset;
+        rh_case c;
+        /* Ring and state dtypes at L = 16. */
+        c = base_case(p, 1, 16, &o);
+        ADD("fp32-L16", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        ADD("fp16-ring", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-ring", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-state", "replay");
+        /* Ring lengths. */
+        static const uint32_t lens[] = {1, 2, 8};
+        for (size_t i = 0; i < 3; i++) {
+            char s[16];
+            snprintf(s, sizeof s, "L%u", lens[i]);
+            c = base_case(p, 1, lens[i], &o);
+            ADD(s, "replay");
+        }
+        /* Rows at different ring positions. */
+        c = base_case(p, 1, 16, &o);
+        c.snapshot_interval = 7; /* forced flushes mid-ring, on different steps per row */
+        c.expect = RH_EXPECT_FORCED | RH_EXPECT_MIXED;
+        ADD("forced-flush", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.policy = RSSM_FLUSH_STAGGERED;
+        c.expect = RH_EXPECT_MIXED;
+        ADD("staggered", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.admit_every = 5;
+        c.expect = RH_EXPECT_MIXED;
+        ADD("admitted-apart", "replay");
+        /* Gate modes, norm, io. */
+        c = base_case(p, 1, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD("raw-gate", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW_SAFE;
+        ADD("raw-safe-gate", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.qk_l2norm = 0;
+        ADD("no-qk-norm", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-io", "replay");
+        /* Pool operations mid-ring. */
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_COPY;
+        c.expect = RH_EXPECT_MIDRING_EVENT;
+        ADD("copy-on-write", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_MATERIALISE;
+        c.snapshot_interval = 11;
+        c.expect = RH_EXPECT_MIDRING_EVENT | RH_EXPECT_MIXED;
+        ADD("materialise", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_MIGRATE;
+        c.expect = RH_EXPECT_MIDRING_EVENT;
+        ADD("export-import", "replay");
+        /* L = 1 replay against packed, bit for bit. */
+        c = base_case(p, 1, 1, &o);
+        c.check = RH_CHECK_L1_BITWISE;
+        ADD("L1-equals-packed", "replay");
+        c = base_case(p, 1, 1, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        c.check = RH_CHECK_L1_BITWISE;
+        ADD("L1-equals-packed-bf16", "replay");
+        /* A long decode on a small shape (4096 steps: 256 ring cycles), whose
+         * error must not grow. fp16 ring: the default, and the one that rounds. */
+        c = base_case(p, 1, 16, &o);
+        c.model.layers = 1;
+        c.model.num_qk_heads = 2;
+        c.model.num_v_heads = g ? 2 : 4;
+        c.model.head_k = c.model.head_v = 32;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.batch = 2;
+        c.snapshot_interval = 100;
+        c.check = RH_CHECK_NO_GROWTH;
+        ADD("long-4096", "replay");
+        if (!o.steps)
+            v[n - 1].steps = 4096;
+        /* The packed decode itself. */
+        c = base_case(p, 0, 16, &o);
+        ADD("fp32", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-state", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD("raw-gate", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        c.model.qk_l2norm = 0;
+        ADD("bf16-io-no-qk-norm", "packed");
+    }
+#undef ADD
+    *cases = v;
+    *count = n;
+    return rssm_clear_error(err);
+}
+
+/* ------------------------------------------------------------ step inputs */
+
+/* One step's inputs for `rows` rows, in the layout and dtypes the library
+ * takes: [layers][rows][...], q/k/v in the io dtype. */
+typedef struct step_buf {
+    void *q, *k, *v;
+    float *gate, *beta;
+    uint32_t *slots;
+    uint64_t *lens;
+    rssm_step_inputs in;
+} step_buf;
+
+static void step_buf_free(step_buf *s)
+{
+    free(s->q);
+    free(s->k);
+    free(s->v);
+    free(s->gate);
+    free(s->beta);
+    free(s->slots);
+    free(s->lens);
+    memset(s, 0, sizeof *s);
+}
+
+static int step_buf_alloc(step_buf *s, const rh_trace *t)
+{
+    size_t io = rssm_dtype_size(t->model.io_dtype);
+    memset(s, 0, sizeof *s);
+    s->q = malloc(rh_trace_qk_per_step(t) * io);
+    s->k = malloc(rh_trace_qk_per_step(t) * io);
+    s->v = malloc(rh_trace_v_per_step(t) * io);
+    s->gate = malloc(rh_trace_gate_per_step(t) * sizeof(float));
+    s->beta = malloc(rh_trace_beta_per_step(t) * sizeof(float));
+    s->slots = malloc(t->batch * sizeof(uint32_t));
+    s->lens = malloc(t->batch * sizeof(uint64_t));
+    if (!s->q || !s->k || !s->v || !s->gate || !s->beta || !s->slots || !s->lens) {
+        step_buf_free(s);
+        return 0;
+    }
+    s->in = (rssm_step_inputs){s->q, s->k, s->v, s->gate, s->beta};
+    return 1;
+}
+
+/* Copies rows [0, rows) of each layer of a [layers][B][w] block into a
+ * [layers][rows][w] block of dtype `dt`. */
+static void gather(void *dst, rssm_dtype dt, const float *src, uint32_t layers, uint32_t B,
+                   uint32_t rows, size_t w)
+{
+    for (uint32_t l = 0; l < layers; l++)
+        for (size_t i = 0; i < rows * w; i++)
+            rssm_store(dst, dt, (size_t)l * rows * w + i, src[(size_t)l * B * w + i]);
+}
+
+/* Fills the buffers for step `step`; returns the active row count. The
+ * trace's slot ids are mapped through slot_of (NULL: identity). */
+static uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, const uint32_t *slot_of)
+{
+    const rssm_model *m = &t->model;
+    const uint32_t rows = rh_trace_rows(t, step), L = m->layers, B = t->batch;
+    const size_t qkw = (size_t)m->num_qk_heads * m->head_k, vw = (size_t)m->num_v_heads * m->head_v;
+    const size_t gw = (size_t)m->num_v_heads * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1);
+    gather(s->q, m->io_dtype, t->q + step * rh_trace_qk_per_step(t), L, B, rows, qkw);
+    gather(s->k, m->io_dtype, t->k + step * rh_trace_qk_per_step(t), L, B, rows, qkw);
+    gather(s->v, m->io_dtype, t->v + step * rh_trace_v_per_step(t), L, B, rows, vw);
+    gather(s->gate, RSSM_DTYPE_F32, t->gate + step * rh_trace_gate_per_step(t), L, B, rows, gw);
+    gather(s->beta, RSSM_DTYPE_F32, t->beta + step * rh_trace_beta_per_step(t), L, B, rows,
+           m->num_v_heads);
+    for (uint32_t r = 0; r < rows; r++) {
+        uint32_t id = (uint32_t)t->slot_ids[(size_t)step * B + r];
+        s->slots[r] = slot_of ? slot_of[id] : id;
+        s->lens[r] = (uint64_t)t->seq_len_after[(size_t)step * B + r];
+    }
+    return rows;
+}
+
+/* ------------------------------------------------------------ the oracle */
+
+static rssm_status run_oracle(rh_prepared *p, rssm_error *err)
+{
+    const rh_trace *t = &p->trace;
+    const rssm_model *m = &t->model;
+    const size_t per_out = rh_trace_v_per_step(t), per_state = rh_trace_state_per_slot(t);
+    p->ref_out = calloc((size_t)t->steps * per_out, sizeof(double));
+    p->ref_state = calloc((size_t)t->slots * per_state, sizeof(double));
+    double *out = malloc(per_out * sizeof(double));
+    step_buf s;
+    int have_buf = step_buf_alloc(&s, t);
+    rssm_oracle *o = NULL;
+    rssm_status st = RSSM_OK;
+    if (!p->ref_out || !p->ref_state || !out || !have_buf) {
+        st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "oracle: out of host memory");
+        goto done;
+    }
+    if ((st = rssm_oracle_create(m, t->slots, &o, err)) != RSSM_OK)
+        goto done;
+    for (uint32_t i = 0; i < t->slots; i++)
+        if ((st = rssm_oracle_set_state(o, i, t->init_state + i * per_state, err)) != RSSM_OK)
+            goto done;
+    if (m->gate_mode != RSSM_GATE_PRECOMPUTED) {
+        size_t gw = m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1;
+        for (uint32_t l = 0; l < m->layers; l++)
+            if ((st = rssm_oracle_set_gate_params(o, l, t->A_log + (size_t)l * m->num_v_heads,
+                                                  t->dt_bias + (size_t)l * m->num_v_heads * gw, err)) !=
+                RSSM_OK)
+                goto done;
+    }
+    for (uint32_t step = 0; step < t->steps; step++) {
+        if (p->c.event == RH_EVENT_COPY && step == p->c.event_step &&
+            (st = rssm_oracle_copy(o, 0, t->batch - 1, err)) != RSSM_OK)
+            goto done;
+        uint32_t rows = step_buf_fill(&s, t, step, NULL);
+        if ((st = rssm_oracle_step(o, rows, s.slots, &s.in, out, err)) != RSSM_OK)
+            goto done;
+        /* [layers][rows][HV][V] -> [layers][B][HV][V] */
+        size_t w = (size_t)m->num_v_heads * m->head_v;
+        for (uint32_t l = 0; l < m->layers; l++)
+            memcpy(p->ref_out + step * per_out + (size_t)l * t->batch * w, out + (size_t)l * rows * w,
+                   rows * w * sizeof(double));
+    }
+    for (uint32_t i = 0; i < t->slots; i++)
+        if ((st = rssm_oracle_get_state(o, i, p->ref_state + i * per_state, err)) != RSSM_OK)
+            goto done;
+done:
+    rssm_oracle_destroy(&o);
+    if (have_buf)
+        step_buf_free(&s);
+    free(out);
+    return st;
+}
+
+void rh_prepared_free(rh_prepared *p)
+{
+    if (!p)
+        return;
+    rh_trace_free(&p->trace);
+    free(p->ref_out);
+    free(p->ref_state);
+    memset(p, 0, sizeof *p);
+}
+
+rssm_status rh_prepare_case(const rh_case *c, uint64_t seed, rh_prepared *p, rssm_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->c = *c;
+    rh_trace_spec spec = {
+        .model = c->model,
+        .steps = c->steps,
+        .batch = c->batch,
+        .snapshot_interval = c->snapshot_interval,
+        .seed = seed,
+        /* The case's name picks its stream, so cases do not share inputs and
+         * adding a case changes no other. */
+        .stream = rh_hash_str(c->name),
+        .admit_every = c->admit_every,
+        .copy_step = c->event == RH_EVENT_COPY ? c->event_step : 0,
+    };
+    rssm_status st = rh_trace_generate(&spec, &p->trace, err);
+    if (st == RSSM_OK)
+        st = run_oracle(p, err);
+    if (st != RSSM_OK)
+        rh_prepared_free(p);
+    return st;
+}
+
+rssm_status rh_prepare_trace(rh_trace *trace, const char *name, rh_prepared *p, rssm_error *err)
+{
+    memset(p, 0, sizeof *p);
+    p->trace = *trace;
+    memset(trace, 0, sizeof *trace);
+    snprintf(p->c.name, sizeof p->c.name, "%s", name);
+    p->c.model = p->trace.model;
+    p->c.batch = p->trace.batch;
+    p->c.steps = p->trace.steps;
+    p->c.snapshot_interval = p->trace.snapshot_interval;
+    p->c.tol = rh_tolerance(&p->trace.model);
+    rssm_status st = run_oracle(p, err);
+    if (st != RSSM_OK)
+        rh_prepared_free(p);
+    return st;
+}
+
+/* ------------------------------------------------------------ backend run */
+
+/* A pool and a batch of the case's model on one backend, with the trace's
+ * slots allocated: trace slot i is pool slot slot_of[i]. */
+typedef struct engine {
+    rssm_pool *pool;
+    rssm_batch *batch;
+    uint32_t *slot_of;
+} engine;
+
+static void engine_close(engine *e)
+{
+    rssm_batch_destroy(&e->batch);
+    rssm_pool_destroy(&e->pool);
+    free(e->slot_of);
+    e->slot_of = NULL;
+}
+
+static rssm_status engine_open(engine *e, rssm_backend *b, const rh_trace *t, const rssm_model *m,
+                               rssm_flush_policy policy, int write_init, rssm_error *err)
+{
+    memset(e, 0, sizeof *e);
+    rssm_status st = rssm_pool_create(b, m, t->slots, policy, &e->pool, err);
+    if (st != RSSM_OK)
+        return st;
+    if (!(e->slot_of = malloc(t->slots * sizeof *e->slot_of))) {
+        engine_close(e);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "out of host memory");
+    }
+    const size_t per_state = rh_trace_state_per_slot(t);
+    for (uint32_t i = 0; i < t->slots; i++) {
+        if ((st = rssm_pool_alloc(e->pool, &e->slot_of[i], err)) != RSSM_OK ||
+            (write_init &&
+             (st = rssm_pool_write_state(e->pool, e->slot_of[i], t->init_state + i * per_state, err)) != RSSM_OK)) {
+            engine_close(e);
+            return st;
+        }
+    }
+    if ((st = rssm_batch_create(e->pool, t->batch, &e->batch, err)) != RSSM_OK) {
+        engine_close(e);
+        return st;
+    }
+    if (m->gate_mode != RSSM_GATE_PRECOMPUTED) {
+        size_t gw = m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1;
+        for (uint32_t l = 0; l < m->layers; l++) {
+            st = rssm_batch_set_gate_params(e->batch, l, t->A_log + (size_t)l * m->num_v_heads,
+                                            t->dt_bias + (size_t)l * m->num_v_heads * gw, err);
+            if (st != RSSM_OK) {
+                engine_close(e);
+                return st;
+            }
+        }
+    }
+    return RSSM_OK;
+}
+
+/* Moves every slot from `from` to `to` through export/import bytes. */
+static rssm_status migrate(engine *from, engine *to, uint32_t slots, rssm_error *err)
+{
+    size_t size = rssm_pool_export_size(from->pool);
+    if (size != rssm_pool_export_size(to->pool))
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "export sizes differ between the two pools (%zu vs %zu)",
+                              size, rssm_pool_export_size(to->pool));
+    void *bytes = malloc(size);
+    if (!bytes)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "out of host memory");
+    rssm_status st = RSSM_OK;
+    for (uint32_t i = 0; i < slots && st == RSSM_OK; i++) {
+        st = rssm_pool_export(from->pool, from->slot_of[i], bytes, size, err);
+        if (st == RSSM_OK)
+            st = rssm_pool_import(to->pool, to->slot_of[i], bytes, size, err);
+    }
+    free(bytes);
+    return st;
+}
+
+static int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(rssm_load(out, dt, i))) {
+            *first_bad = i;
+            return 0;
+        }
+    return 1;
+}
+
+/* Replays the trace with `m` on b; outputs [T][layers][B][HV][V] and final
+ * states [S][...] as fp32. A failed library call is returned with its
+ * message; unwritten (NaN-poisoned) outputs are reported in r->note as a
+ * failure (returns RSSM_ERR_DEVICE with the message). */
+static rssm_status run_backend(const rh_prepared *p, const rssm_model *m, rssm_backend *b,
+                               rssm_backend *other, float *outs, float *states, rh_result *cov,
+                               rssm_error *err)
+{
+    const rh_trace *t = &p->trace;
+    const rh_case *c = &p->c;
+    const size_t per_out = rh_trace_v_per_step(t), w = (size_t)m->num_v_heads * m->head_v;
+    const size_t io = rssm_dtype_size(m->io_dtype);
+    engine main_e, alt_e = {0};
+    engine *cur = &main_e;
+    step_buf s;
+    if (!step_buf_alloc(&s, t))
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "out of host memory");
+    void *out = malloc(per_out * io);
+    rssm_row_plan *plan = malloc(t->batch * sizeof *plan);
+    rssm_status st = out && plan ? engine_open(&main_e, b, t, m, c->policy, 1, err)
+                         : rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "out of host memory");
+    if (st != RSSM_OK) {
+        step_buf_free(&s);
+        free(out);
+        free(plan);
+        return st;
+    }
+    for (uint32_t step = 0; step < t->steps && st == RSSM_OK; step++) {
+        if (step == c->event_step && c->event != RH_EVENT_NONE &&
+            (st = rssm_pool_write_pos(cur->pool, cur->slot_of[0], &cov->event_pos, err)) != RSSM_OK)
+            break;
+        if (step == c->event_step && c->event == RH_EVENT_COPY) {
+            st = rssm_pool_copy(cur->pool, cur->slot_of[0], cur->slot_of[t->batch - 1], err);
+        } else if (step == c->event_step && c->event == RH_EVENT_MATERIALISE) {
+            for (uint32_t i = 0; i < t->slots && st == RSSM_OK; i += 2)
+                st = rssm_pool_materialise(cur->pool, cur->slot_of[i], err);
+        } else if (step == c->event_step && c->event == RH_EVENT_MIGRATE) {
+            st = engine_open(&alt_e, other, t, m, c->policy, 0, err);
+            if (st == RSSM_OK && (st = migrate(&main_e, &alt_e, t->slots, err)) == RSSM_OK)
+                cur = &alt_e;
+        } else if (step == c->event_end && c->event == RH_EVENT_MIGRATE) {
+            if ((st = migrate(&alt_e, &main_e, t->slots, err)) == RSSM_OK)
+                cur = &main_e;
+        }
+        if (st != RSSM_OK) {
+            rssm_error e2 = *err;
+            rssm_set_error(err, e2.status, "before step %u: %s", step, e2.message);
+            break;
+        }
+        uint32_t rows = step_buf_fill(&s, t, step, cur->slot_of);
+        /* What the scheduler will do (planning changes nothing). */
+        if ((st = rssm_pool_plan(cur->pool, rows, s.slots, s.lens, t->snapshot_interval, plan, err)) != RSSM_OK)
+            break;
+        for (uint32_t r = 0; r < rows; r++) {
+            cov->flushes += plan[r].is_flush;
+            cov->forced += plan[r].is_flush && plan[r].force && m->replay && plan[r].write_pos + 1 < m->ring_len;
+        }
+        for (uint32_t r = 1; r < rows; r++)
+            if (plan[r].write_pos != plan[0].write_pos) {
+                cov->mixed_steps++;
+                break;
+            }
+        /* Poison: whatever the backend does not write stays NaN. */
+        for (size_t i = 0; i < (size_t)m->layers * rows * w; i++)
+            rssm_store(out, m->io_dtype, i, NAN);
+        st = rssm_batch_step(cur->batch, rows, s.slots, s.lens, t->snapshot_interval, &s.in, out, err);
+        if (st != RSSM_OK) {
+            rssm_error e2 = *err;
+            rssm_set_error(err, e2.status, "step %u: %s", step, e2.message);
+            break;
+        }
+        size_t bad;
+        if (!is_poison_free(out, m->io_dtype, (size_t)m->layers * rows * w, &bad)) {
+            size_t l = bad / (rows * w), r = bad / w % rows, hv = bad % w / m->head_v;
+            st = rssm_set_error(err, RSSM_ERR_DEVICE,
+                                "step %u: output [layer %zu][row %zu][head %zu][%zu] is NaN (not written, or "
+                                "computed as NaN)", step, l, r, hv, bad % m->head_v);
+            break;
+        }
+        float *dst = outs + step * per_out;
+        memset(dst, 0, per_out * sizeof(float));
+        for (uint32_t l = 0; l < m->layers; l++)
+            for (size_t i = 0; i < rows * w; i++)
+                dst[(size_t)l * t->batch * w + i] = rssm_load(out, m->io_dtype, (size_t)l * rows * w + i);
+    }
+    if (st == RSSM_OK && cur != &main_e)
+        st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "the trace ended before the slots moved back");
+    const size_t per_state = rh_trace_state_per_slot(t);
+    for (uint32_t i = 0; i < t->slots && st == RSSM_OK; i++)
+        st = rssm_pool_read_state(main_e.pool, main_e.slot_of[i], states + i * per_state, err);
+    engine_close(&alt_e);
+    engine_close(&main_e);
+    step_buf_free(&s);
+    free(out);
+    free(plan);
+    return st;
+}
+
+rh_verdict rh_run_case(const rh_prepared *p, rssm_backend *b, rssm_backend *other, rh_result *r,
+                       float *outputs)
+{
+    const rh_trace *t = &p->trace;
+    const rh_case *c = &p->c;
+    memset(r, 0, sizeof *r);
+    r->out_err = r->state_err = NAN;
+    r->tol = rh_backend_tolerance(b, &t->model, c->tol);
+    rssm_error err;
+    if (rssm_backend_supports(b, &t->model, &err) != RSSM_OK) {
+        snprintf(r->note, sizeof r->note, "unsupported: %s", err.message);
+        return r->verdict = RH_SKIP;
+    }
+    if (c->event == RH_EVENT_MIGRATE && !other) {
+        snprintf(r->note, sizeof r->note, "no second backend to move the slots to");
+        return r->verdict = RH_SKIP;
+    }
+    if (c->event == RH_EVENT_MIGRATE && rssm_backend_supports(other, &t->model, &err) != RSSM_OK) {
+        snprintf(r->note, sizeof r->note, "%s cannot hold this model: %s", rssm_backend_name(other),
+                 err.message);
+        return r->verdict = RH_SKIP;
+    }
+    const size_t n_out = (size_t)t->steps * rh_trace_v_per_step(t);
+    const size_t n_state = (size_t)t->slots * rh_trace_state_per_slot(t);
+    float *outs = calloc(n_out, sizeof(float)), *states = calloc(n_state, sizeof(float));
+    float *outs2 = NULL, *states2 = NULL;
+    if (!outs || !states) {
+        snprintf(r->note, sizeof r->note, "out of host memory");
+        r->verdict = RH_FAIL;
+        goto done;
+    }
+    double t0 = now_seconds();
+    rssm_status st = run_backend(p, &t->model, b, other, outs, states, r, &err);
+    r->seconds = now_seconds() - t0;
+    if (st != RSSM_OK) {
+        snprintf(r->note, sizeof r->note, "%s: %s", rssm_status_str(st), err.message);
+        r->verdict = RH_FAIL;
+        goto done;
+    }
+    r->out_err = rh_rel_l2_f(outs, p->ref_out, n_out);
+    r->state_err = rh_rel_l2_f(states, p->ref_state, n_state);
+    r->verdict = r->out_err <= r->tol && r->state_err <= r->tol ? RH_PASS : RH_FAIL;
+    if (r->verdict == RH_FAIL)
+        snprintf(r->note, sizeof r->note, "error above tolerance");
+    /* A case that did not exercise what it is named for fails: its setup is wrong. */
+    const char *missing = (c->expect & RH_EXPECT_MIXED) && r->mixed_steps == 0 ? "rows at different ring positions"
+                          : (c->expect & RH_EXPECT_FORCED) && r->forced == 0 ? "a forced mid-ring flush"
+                          : (c->expect & RH_EXPECT_MIDRING_EVENT) && r->event_pos == 0 ? "a non-empty ring at the event"
+                                                                                       : NULL;
+    if (missing) {
+        snprintf(r->note, sizeof r->note, "case setup: the run never had %s (too few --steps?)", missing);
+        r->verdict = RH_FAIL;
+    } else if (r->verdict == RH_PASS && c->expect) {
+        snprintf(r->note, sizeof r->note, "mixed positions on %u steps, %u flushes (%u forced)%s", r->mixed_steps,
+                 r->flushes, r->forced, c->event ? ", event mid-ring" : "");
+    }
+
+    if (c->check == RH_CHECK_NO_GROWTH && r->verdict == RH_PASS) {
+        const size_t per = rh_trace_v_per_step(t), w = (t->steps / 8 ? t->steps / 8 : 1) * per;
+        double first = rh_rel_l2_f(outs, p->ref_out, w);
+        double last = rh_rel_l2_f(outs + n_out - w, p->ref_out + n_out - w, w);
+        snprintf(r->note, sizeof r->note, "error of the first / last eighth of the steps: %.2e / %.2e", first, last);
+        if (!(last <= 4.0 * first + 1e-9)) {
+            r->verdict = RH_FAIL;
+            snprintf(r->note, sizeof r->note, "error grows: first eighth %.2e, last eighth %.2e", first, last);
+        }
+    }
+    if (c->check == RH_CHECK_L1_BITWISE) {
+        /* The same trace through the packed decode must give the same bits. */
+        rssm_model packed = t->model;
+        packed.replay = 0;
+        outs2 = calloc(n_out, sizeof(float));
+        states2 = calloc(n_state, sizeof(float));
+        if (!outs2 || !states2) {
+            snprintf(r->note, sizeof r->note, "out of host memory");
+            r->verdict = RH_FAIL;
+            goto done;
+        }
+        if (rssm_backend_supports(b, &packed, &err) != RSSM_OK) {
+            snprintf(r->note, sizeof r->note, "packed decode unsupported: %s", err.message);
+            r->verdict = RH_FAIL; /* a backend that runs L=1 replay must run packed */
+            goto done;
+        }
+        rh_result cov2 = *r;
+        if ((st = run_backend(p, &packed, b, other, outs2, states2, &cov2, &err)) != RSSM_OK) {
+            snprintf(r->note, sizeof r->note, "packed run: %s: %s", rssm_status_str(st), err.message);
+            r->verdict = RH_FAIL;
+            goto done;
+        }
+        int same_out = memcmp(outs, outs2, n_out * sizeof(float)) == 0;
+        int same_state = memcmp(states, states2, n_state * sizeof(float)) == 0;
+        if (!same_out || !same_state) {
+            size_t diff = 0;
+            const float *a = same_out ? states : outs, *bb = same_out ? states2 : outs2;
+            size_t n = same_out ? n_state : n_out;
+            for (size_t i = 0; i < n; i++)
+                diff += memcmp(&a[i], &bb[i], sizeof(float)) != 0;
+            snprintf(r->note, sizeof r->note, "L=1 replay differs from packed in %zu of %zu %s values", diff,
+                     n, same_out ? "state" : "output");
+            r->verdict = RH_FAIL;
+        } else if (r->verdict == RH_PASS) {
+            snprintf(r->note, sizeof r->note, "bit-identical to packed");
+        }
+    }
+done:
+    if (outputs && outs)
+        memcpy(outputs, outs, n_out * sizeof(float));
+    free(outs);
+    free(states);
+    free(outs2);
+    free(states2);
+    return r->verdict;
+}

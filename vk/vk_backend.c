@@ -1,0 +1,162 @@
+/* The Vulkan backend's ops table: device, pool and slot transfers here;
+ * batches in vk_batch.c. */
+#include "vk_internal.h"
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static rssm_status vk_create(const char *variant, void **ctx, rssm_error *err)
+{
+    return vk_ctx_create(variant, (vk_ctx **)ctx, err);
+}
+
+static void vk_destroy(void *ctx) { vk_ctx_destroy(ctx); }
+
+static const char *vk_device(void *ctx) { return ((vk_ctx *)ctx)->device_line; }
+
+static void vk_describe_op(void *ctx, char *buf, size_t size) { vk_describe(ctx, buf, size); }
+
+static rssm_status vk_supports(void *vctx, const rssm_model *m, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    if ((st = rssm_model_validate(m, err)) != RSSM_OK)
+        return st;
+    const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+    size_t shared = vk_shared_bytes(ctx, m);
+    if (shared > lim->maxComputeSharedMemorySize)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "vulkan: K=%u, V=%u, L=%u needs %zu bytes of shared memory per workgroup; "
+                              "%s offers %u (use a shorter ring or smaller heads)",
+                              m->head_k, m->head_v, m->replay ? m->ring_len : 1u, shared, ctx->props.deviceName,
+                              lim->maxComputeSharedMemorySize);
+    if (m->num_v_heads > lim->maxComputeWorkGroupCount[0] || m->layers > lim->maxComputeWorkGroupCount[2])
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "vulkan: HV=%u heads x %u layers exceed the device's dispatch limits (%u, %u)",
+                              m->num_v_heads, m->layers, lim->maxComputeWorkGroupCount[0],
+                              lim->maxComputeWorkGroupCount[2]);
+    if (m->replay && ctx->kernels != VK_KERNELS_PORTABLE) {
+        /* Tiles are distributed over whole subgroups. */
+        uint32_t s = ctx->subgroup_size;
+        if ((ctx->tile_m * ctx->tile_n) % s || (ctx->tile_m * ctx->tile_k) % s || (ctx->tile_k * ctx->tile_n) % s)
+            return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                                  "vulkan: %ux%ux%u tiles do not split over subgroups of %u", ctx->tile_m,
+                                  ctx->tile_n, ctx->tile_k, s);
+    }
+    return rssm_clear_error(err);
+}
+
+static rssm_status vk_pool_create(void *vctx, const rssm_model *m, const rssm_slot_layout *layout, uint32_t slots,
+                                  void **out, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    const VkDeviceSize bytes = (VkDeviceSize)layout->slot_bytes * slots;
+    /* The kernels bind the whole pool and index it in 32-bit words. */
+    if (bytes > ctx->props.limits.maxStorageBufferRange || bytes / 4 > UINT32_MAX)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "vulkan: a pool of %u slots is %llu bytes; %s binds at most %u bytes per buffer",
+                              slots, (unsigned long long)bytes, ctx->props.deviceName,
+                              ctx->props.limits.maxStorageBufferRange);
+    vk_pool *p = calloc(1, sizeof *p);
+    if (!p)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    p->model = *m;
+    p->layout = *layout;
+    p->slots = slots;
+    if ((st = vk_buffer_create(ctx, bytes, VK_MEMORY_DEVICE, &p->pool, err)) == RSSM_OK)
+        st = vk_buffer_create(ctx, layout->slot_bytes, VK_MEMORY_HOST, &p->staging, err);
+    if (st != RSSM_OK) {
+        vk_buffer_destroy(ctx, &p->pool);
+        free(p);
+        return st;
+    }
+    *out = p;
+    return rssm_clear_error(err);
+}
+
+static void vk_pool_destroy(void *vctx, void *vpool)
+{
+    vk_ctx *ctx = vctx;
+    vk_pool *p = vpool;
+    if (!p)
+        return;
+    ctx->vk.vkQueueWaitIdle(ctx->queue);
+    vk_buffer_destroy(ctx, &p->staging);
+    vk_buffer_destroy(ctx, &p->pool);
+    free(p);
+}
+
+static rssm_status slot_copy(vk_ctx *ctx, vk_pool *p, uint32_t slot, bool to_host, rssm_error *err)
+{
+    rssm_status st = vk_transfer_begin(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    VkDeviceSize off = (VkDeviceSize)slot * p->layout.slot_bytes;
+    if (to_host) {
+        VkBufferCopy region = {off, 0, p->layout.slot_bytes};
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, p->pool.buffer, p->staging.buffer, 1, &region);
+    } else {
+        VkBufferCopy region = {0, off, p->layout.slot_bytes};
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, p->staging.buffer, p->pool.buffer, 1, &region);
+    }
+    return vk_transfer_submit_wait(ctx, err);
+}
+
+static rssm_status vk_slot_read(void *vctx, void *vpool, uint32_t slot, void *bytes, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_pool *p = vpool;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st == RSSM_OK)
+        st = slot_copy(ctx, p, slot, true, err);
+    if (st == RSSM_OK)
+        memcpy(bytes, p->staging.map, p->layout.slot_bytes);
+    return st;
+}
+
+static rssm_status vk_slot_write(void *vctx, void *vpool, uint32_t slot, const void *bytes, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_pool *p = vpool;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    memcpy(p->staging.map, bytes, p->layout.slot_bytes);
+    return slot_copy(ctx, p, slot, false, err);
+}
+
+static const char *const vk_variants[] = {
+    "vulkan",                  /* coopmat when the device has it, else portable */
+    "vulkan:portable",
+    "vulkan:coopmat",          /* unavailable without device cooperative matrices */
+    "vulkan:coopmat-emulated", /* the _cm kernels over emulated tiles, any device */
+    NULL,
+};
+
+const rssm_backend_ops rssm_vulkan_backend_ops = {
+    .name = "vulkan",
+    .variants = vk_variants,
+    .create = vk_create,
+    .destroy = vk_destroy,
+    .device = vk_device,
+    .describe = vk_describe_op,
+    .supports = vk_supports,
+    .pool_create = vk_pool_create,
+    .pool_destroy = vk_pool_destroy,
+    .slot_read = vk_slot_read,
+    .slot_write = vk_slot_write,
+    .batch_create = vk_batch_create,
+    .batch_destroy = vk_batch_destroy,
+    .batch_set_gate_params = vk_batch_set_gate_params,
+    .batch_upload = vk_batch_upload,
+    .batch_run = vk_batch_run,
+    .batch_download = vk_batch_download,
+    .batch_last_run_seconds = vk_batch_last_run_seconds,
+    .copy_bandwidth = vk_copy_bandwidth,
+};

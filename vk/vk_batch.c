@@ -1,0 +1,397 @@
+/* A batch: device buffers for up to max_rows rows of every layer, the step
+ * header, and ONE command buffer recorded at creation that runs a whole step
+ * (all layers, one dispatch). Every step resubmits it unchanged; what
+ * changes between steps (row count, slots, write_pos, force) is in the
+ * header buffer, which the host rewrites in place before each submit. */
+#include "vk_internal.h"
+#include "error.h"
+#include "dtype.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
+       BIND_OUT, BIND_COUNT };
+
+static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
+
+static void io_layout_init(vk_io_layout *io, const rssm_model *m, uint32_t max_rows, VkDeviceSize align)
+{
+    rssm_io_sizes s;
+    rssm_io_sizes_init(&s, m, max_rows);
+    const VkDeviceSize L = m->layers;
+    io->q_bytes = s.q;
+    io->v_bytes = s.v;
+    io->gate_bytes = s.gate;
+    io->beta_bytes = s.beta;
+    io->a_log_bytes = (VkDeviceSize)m->num_v_heads * 4;
+    io->dt_bias_bytes = io->a_log_bytes * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1);
+    VkDeviceSize at = 0;
+#define PLACE(field, bytes) io->field = at, at = align_up(at + (bytes), align)
+    PLACE(q, L * s.q);
+    PLACE(k, L * s.k);
+    PLACE(v, L * s.v);
+    PLACE(gate, L * s.gate);
+    PLACE(beta, L * s.beta);
+    PLACE(a_log, L * io->a_log_bytes);
+    PLACE(dt_bias, L * io->dt_bias_bytes);
+    PLACE(out, L * s.out);
+#undef PLACE
+    io->total = at;
+}
+
+static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
+{
+    VkCommandBufferAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+        .commandPool = ctx->command_pool,
+        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+        .commandBufferCount = 1,
+    };
+    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &b->step_cmd);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
+    /* No ONE_TIME_SUBMIT: this buffer is submitted once per step. */
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if ((r = ctx->vk.vkBeginCommandBuffer(b->step_cmd, &bi)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkBeginCommandBuffer", err);
+    VkCommandBuffer cb = b->step_cmd;
+    if (b->queries)
+        ctx->vk.vkCmdResetQueryPool(cb, b->queries, 0, 2);
+    /* Earlier uploads, slot writes and steps before this step's shaders.
+     * (Host writes to the header are visible by the submit itself.) */
+    VkMemoryBarrier before = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+    };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &before, 0, NULL, 0, NULL);
+    if (b->queries)
+        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
+    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline);
+    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline_layout, 0, 1, &b->set, 0, NULL);
+    /* Constant for the batch's life: safe to bake into the recording. */
+    ctx->vk.vkCmdPushConstants(cb, b->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->params,
+                               &b->params);
+    ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads, b->params.max_rows, b->params.layers);
+    /* The step's writes to later copies (download, slot_read) and the host. */
+    VkMemoryBarrier after = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT,
+    };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &after, 0,
+                                 NULL, 0, NULL);
+    if (b->queries)
+        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
+    if ((r = ctx->vk.vkEndCommandBuffer(cb)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkEndCommandBuffer", err);
+    return RSSM_OK;
+}
+
+static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
+{
+    VkDescriptorSetLayoutBinding binds[BIND_COUNT];
+    for (uint32_t i = 0; i < BIND_COUNT; i++)
+        binds[i] = (VkDescriptorSetLayoutBinding){
+            .binding = i,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorCount = 1,
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+        };
+    VkDescriptorSetLayoutCreateInfo lci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .bindingCount = BIND_COUNT,
+        .pBindings = binds,
+    };
+    VkResult r = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &lci, NULL, &b->set_layout);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateDescriptorSetLayout", err);
+    VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(rssm_kernel_params)};
+    VkPipelineLayoutCreateInfo plci = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+        .setLayoutCount = 1,
+        .pSetLayouts = &b->set_layout,
+        .pushConstantRangeCount = 1,
+        .pPushConstantRanges = &pc,
+    };
+    if ((r = ctx->vk.vkCreatePipelineLayout(ctx->device, &plci, NULL, &b->pipeline_layout)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreatePipelineLayout", err);
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = BIND_COUNT};
+    VkDescriptorPoolCreateInfo dpci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+        .maxSets = 1,
+        .poolSizeCount = 1,
+        .pPoolSizes = &ps,
+    };
+    if ((r = ctx->vk.vkCreateDescriptorPool(ctx->device, &dpci, NULL, &b->descriptor_pool)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateDescriptorPool", err);
+    VkDescriptorSetAllocateInfo sai = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+        .descriptorPool = b->descriptor_pool,
+        .descriptorSetCount = 1,
+        .pSetLayouts = &b->set_layout,
+    };
+    if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, &b->set)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkAllocateDescriptorSets", err);
+
+    const vk_io_layout *io = &b->io;
+    const VkDeviceSize L = b->params.layers;
+    VkDescriptorBufferInfo info[BIND_COUNT] = {
+        [BIND_POOL] = {b->pool->pool.buffer, 0, VK_WHOLE_SIZE},
+        [BIND_HEADER] = {b->header.buffer, 0, VK_WHOLE_SIZE},
+        [BIND_Q] = {b->io_dev.buffer, io->q, L * io->q_bytes},
+        [BIND_K] = {b->io_dev.buffer, io->k, L * io->q_bytes},
+        [BIND_V] = {b->io_dev.buffer, io->v, L * io->v_bytes},
+        [BIND_GATE] = {b->io_dev.buffer, io->gate, L * io->gate_bytes},
+        [BIND_BETA] = {b->io_dev.buffer, io->beta, L * io->beta_bytes},
+        [BIND_A_LOG] = {b->io_dev.buffer, io->a_log, L * io->a_log_bytes},
+        [BIND_DT_BIAS] = {b->io_dev.buffer, io->dt_bias, L * io->dt_bias_bytes},
+        [BIND_OUT] = {b->io_dev.buffer, io->out, L * io->v_bytes},
+    };
+    VkWriteDescriptorSet w[BIND_COUNT];
+    for (uint32_t i = 0; i < BIND_COUNT; i++)
+        w[i] = (VkWriteDescriptorSet){
+            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+            .dstSet = b->set,
+            .dstBinding = i,
+            .descriptorCount = 1,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &info[i],
+        };
+    ctx->vk.vkUpdateDescriptorSets(ctx->device, BIND_COUNT, w, 0, NULL);
+    return RSSM_OK;
+}
+
+rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *params, void **out,
+                            rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    vk_pool *pool = vpool;
+    const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+    if (params->max_rows > lim->maxComputeWorkGroupCount[1])
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: max_rows %u exceeds the device's %u",
+                              params->max_rows, lim->maxComputeWorkGroupCount[1]);
+    vk_batch *b = calloc(1, sizeof *b);
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    b->pool = pool;
+    b->params = *params;
+    VkDeviceSize align = lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
+    io_layout_init(&b->io, &pool->model, params->max_rows, align);
+
+    if ((st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_DEVICE, &b->io_dev, err)) == RSSM_OK &&
+        (st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_HOST, &b->io_host, err)) == RSSM_OK &&
+        (st = vk_buffer_create(ctx, RSSM_HEADER_BYTES(params->max_rows), VK_MEMORY_HOST, &b->header, err)) ==
+            RSSM_OK &&
+        (st = create_descriptors(ctx, b, err)) == RSSM_OK)
+        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, &b->pipeline, err);
+    if (st == RSSM_OK && ctx->timestamp_bits) {
+        VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
+                                     .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
+        VkResult r = ctx->vk.vkCreateQueryPool(ctx->device, &qci, NULL, &b->queries);
+        if (r != VK_SUCCESS)
+            st = vk_fail(ctx, r, "vkCreateQueryPool", err);
+    }
+    if (st == RSSM_OK) {
+        VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+        VkResult r = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &b->step_fence);
+        if (r != VK_SUCCESS)
+            st = vk_fail(ctx, r, "vkCreateFence", err);
+    }
+    if (st == RSSM_OK)
+        st = record_step(ctx, b, err);
+    /* Defined contents: the gate weights are read (unused) before any are set. */
+    if (st == RSSM_OK && (st = vk_transfer_begin(ctx, err)) == RSSM_OK) {
+        ctx->vk.vkCmdFillBuffer(ctx->transfer_cmd, b->io_dev.buffer, 0, VK_WHOLE_SIZE, 0);
+        st = vk_transfer_submit_wait(ctx, err);
+    }
+    if (st == RSSM_OK)
+        st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK) {
+        vk_batch_destroy(ctx, b);
+        return st;
+    }
+    memset(b->header.map, 0, RSSM_HEADER_BYTES(params->max_rows));
+    *out = b;
+    return rssm_clear_error(err);
+}
+
+void vk_batch_destroy(void *vctx, void *vbatch)
+{
+    vk_ctx *ctx = vctx;
+    vk_batch *b = vbatch;
+    if (!b)
+        return;
+    ctx->vk.vkQueueWaitIdle(ctx->queue);
+    if (b->step_cmd)
+        ctx->vk.vkFreeCommandBuffers(ctx->device, ctx->command_pool, 1, &b->step_cmd);
+    if (b->step_fence)
+        ctx->vk.vkDestroyFence(ctx->device, b->step_fence, NULL);
+    if (b->queries)
+        ctx->vk.vkDestroyQueryPool(ctx->device, b->queries, NULL);
+    if (b->pipeline)
+        ctx->vk.vkDestroyPipeline(ctx->device, b->pipeline, NULL);
+    if (b->descriptor_pool)
+        ctx->vk.vkDestroyDescriptorPool(ctx->device, b->descriptor_pool, NULL);
+    if (b->pipeline_layout)
+        ctx->vk.vkDestroyPipelineLayout(ctx->device, b->pipeline_layout, NULL);
+    if (b->set_layout)
+        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, b->set_layout, NULL);
+    vk_buffer_destroy(ctx, &b->header);
+    vk_buffer_destroy(ctx, &b->io_host);
+    vk_buffer_destroy(ctx, &b->io_dev);
+    free(b);
+}
+
+rssm_status vk_batch_set_gate_params(void *vctx, void *vbatch, uint32_t layer, const float *A_log,
+                                     const float *dt_bias, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_batch *b = vbatch;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    const vk_io_layout *io = &b->io;
+    VkBufferCopy regions[2] = {
+        {io->a_log + layer * io->a_log_bytes, io->a_log + layer * io->a_log_bytes, io->a_log_bytes},
+        {io->dt_bias + layer * io->dt_bias_bytes, io->dt_bias + layer * io->dt_bias_bytes, io->dt_bias_bytes},
+    };
+    uint8_t *host = b->io_host.map;
+    memcpy(host + regions[0].srcOffset, A_log, io->a_log_bytes);
+    memcpy(host + regions[1].srcOffset, dt_bias, io->dt_bias_bytes);
+    if ((st = vk_transfer_begin(ctx, err)) != RSSM_OK)
+        return st;
+    ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, b->io_host.buffer, b->io_dev.buffer, 2, regions);
+    return vk_transfer_submit_wait(ctx, err);
+}
+
+rssm_status vk_batch_upload(void *vctx, void *vbatch, uint32_t rows, const rssm_step_inputs *in,
+                            rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_batch *b = vbatch;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    if (rows == 0)
+        return RSSM_OK;
+    const vk_io_layout *io = &b->io;
+    const uint32_t layers = b->params.layers, max_rows = b->params.max_rows;
+    /* Per row sizes; host arrays are [layers][rows][...], device ones
+     * [layers][max_rows][...]. */
+    const VkDeviceSize row_q = io->q_bytes / max_rows, row_v = io->v_bytes / max_rows;
+    const VkDeviceSize row_g = io->gate_bytes / max_rows, row_b = io->beta_bytes / max_rows;
+    struct { const void *src; VkDeviceSize dst, per_row, layer_stride; } arrays[5] = {
+        {in->q, io->q, row_q, io->q_bytes},
+        {in->k, io->k, row_q, io->q_bytes},
+        {in->v, io->v, row_v, io->v_bytes},
+        {in->gate, io->gate, row_g, io->gate_bytes},
+        {in->beta, io->beta, row_b, io->beta_bytes},
+    };
+    VkBufferCopy *regions = malloc(sizeof *regions * 5 * layers);
+    if (!regions)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    uint8_t *host = b->io_host.map;
+    uint32_t n = 0;
+    for (int a = 0; a < 5; a++) {
+        for (uint32_t l = 0; l < layers; l++) {
+            VkDeviceSize off = arrays[a].dst + l * arrays[a].layer_stride, bytes = rows * arrays[a].per_row;
+            memcpy(host + off, (const uint8_t *)arrays[a].src + l * bytes, bytes);
+            regions[n++] = (VkBufferCopy){off, off, bytes};
+        }
+    }
+    if ((st = vk_transfer_begin(ctx, err)) == RSSM_OK) {
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, b->io_host.buffer, b->io_dev.buffer, n, regions);
+        st = vk_transfer_submit_wait(ctx, err);
+    }
+    free(regions);
+    return st;
+}
+
+rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row_header *hdr, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_batch *b = vbatch;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    /* The previous submission of step_cmd has completed (every run waits on
+     * its fence before returning), so the header is not in use: rewrite it
+     * in place. The memory is host-coherent and vkQueueSubmit makes host
+     * writes before it visible to the device. */
+    uint32_t *words = b->header.map;
+    words[RSSM_HEADER_ROWS] = rows;
+    memcpy(words + RSSM_HEADER_WORDS, hdr, (size_t)rows * sizeof *hdr);
+    VkSubmitInfo si = {
+        .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
+        .commandBufferCount = 1,
+        .pCommandBuffers = &b->step_cmd,
+    };
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    VkResult r = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, b->step_fence);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkQueueSubmit (step)", err);
+    r = ctx->vk.vkWaitForFences(ctx->device, 1, &b->step_fence, VK_TRUE, UINT64_MAX);
+    VkResult r2 = ctx->vk.vkResetFences(ctx->device, 1, &b->step_fence);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkWaitForFences (step)", err);
+    if (r2 != VK_SUCCESS)
+        return vk_fail(ctx, r2, "vkResetFences", err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    /* Without timestamps, the wall clock of submit-to-fence. */
+    b->last_run_seconds = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    if (b->queries) {
+        uint64_t ts[2];
+        r = ctx->vk.vkGetQueryPoolResults(ctx->device, b->queries, 0, 2, sizeof ts, ts, sizeof ts[0],
+                                          VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+        if (r != VK_SUCCESS)
+            return vk_fail(ctx, r, "vkGetQueryPoolResults", err);
+        uint64_t mask = ctx->timestamp_bits >= 64 ? ~0ull : (1ull << ctx->timestamp_bits) - 1;
+        b->last_run_seconds = (double)((ts[1] - ts[0]) & mask) * ctx->props.limits.timestampPeriod * 1e-9;
+    }
+    return vk_check_validation(ctx, err);
+}
+
+rssm_status vk_batch_download(void *vctx, void *vbatch, uint32_t rows, void *out, rssm_error *err)
+{
+    vk_ctx *ctx = vctx;
+    vk_batch *b = vbatch;
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    if (rows == 0)
+        return RSSM_OK;
+    const vk_io_layout *io = &b->io;
+    const uint32_t layers = b->params.layers;
+    const VkDeviceSize bytes = rows * (io->v_bytes / b->params.max_rows);
+    VkBufferCopy *regions = malloc(sizeof *regions * layers);
+    if (!regions)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    for (uint32_t l = 0; l < layers; l++) {
+        VkDeviceSize off = io->out + l * io->v_bytes;
+        regions[l] = (VkBufferCopy){off, off, bytes};
+    }
+    if ((st = vk_transfer_begin(ctx, err)) == RSSM_OK) {
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, b->io_dev.buffer, b->io_host.buffer, layers, regions);
+        st = vk_transfer_submit_wait(ctx, err);
+    }
+    if (st == RSSM_OK)
+        for (uint32_t l = 0; l < layers; l++)
+            memcpy((uint8_t *)out + l * bytes, (const uint8_t *)b->io_host.map + regions[l].srcOffset, bytes);
+    free(regions);
+    return st;
+}
+
+double vk_batch_last_run_seconds(void *vctx, void *vbatch)
+{
+    (void)vctx;
+    return ((const vk_batch *)vbatch)->last_run_seconds;
+}

@@ -1,0 +1,528 @@
+/* Vulkan instance and device: loader, validation messenger, device choice,
+ * features, and the context every other vk/ file works in. */
+#include "vk_internal.h"
+#include "error.h"
+
+#include <ctype.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* volk keeps the loader's entry points in globals it writes while loading;
+ * this lock makes creating contexts from several threads safe. Everything a
+ * context uses afterwards lives in the context (instance fns, device table). */
+static pthread_mutex_t volk_lock = PTHREAD_MUTEX_INITIALIZER;
+
+rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err)
+{
+    if (ctx && ctx->validation_failed)
+        return vk_check_validation(ctx, err);
+    rssm_status st = r == VK_ERROR_OUT_OF_HOST_MEMORY || r == VK_ERROR_OUT_OF_DEVICE_MEMORY
+                         ? RSSM_ERR_OUT_OF_MEMORY
+                         : RSSM_ERR_DEVICE;
+    return rssm_set_error(err, st, "vulkan: %s failed (VkResult %d)", what, (int)r);
+}
+
+rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err)
+{
+    if (!ctx->validation_failed)
+        return RSSM_OK;
+    ctx->validation_failed = false;
+    return rssm_set_error(err, RSSM_ERR_DEVICE, "validation: %s", ctx->validation_message);
+}
+
+/* Any warning or error from the layer is a failure (RSSM_VK_VALIDATION is a
+ * test mode). The first one is kept for the next backend call to report;
+ * during destroy no call is left to fail, so it is printed and we abort. */
+static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(
+    VkDebugUtilsMessageSeverityFlagBitsEXT severity, VkDebugUtilsMessageTypeFlagsEXT types,
+    const VkDebugUtilsMessengerCallbackDataEXT *data, void *user)
+{
+    (void)types;
+    vk_ctx *ctx = user;
+    if (severity < VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT)
+        return VK_FALSE;
+    const char *msg = data && data->pMessage ? data->pMessage : "(no message)";
+    if (ctx->destroying) {
+        fprintf(stderr, "rssm vulkan: validation message while destroying: %s\n", msg);
+        abort();
+    }
+    if (!ctx->validation_failed) {
+        ctx->validation_failed = true;
+        snprintf(ctx->validation_message, sizeof ctx->validation_message, "%s", msg);
+    }
+    return VK_FALSE;
+}
+
+static bool env_on(const char *name)
+{
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0") != 0;
+}
+
+static bool has_layer(const char *name)
+{
+    uint32_t n = 0;
+    if (vkEnumerateInstanceLayerProperties(&n, NULL) != VK_SUCCESS || n == 0)
+        return false;
+    VkLayerProperties *p = calloc(n, sizeof *p);
+    bool found = false;
+    if (p && vkEnumerateInstanceLayerProperties(&n, p) == VK_SUCCESS)
+        for (uint32_t i = 0; i < n && !found; i++)
+            found = strcmp(p[i].layerName, name) == 0;
+    free(p);
+    return found;
+}
+
+static rssm_status create_instance(vk_ctx *ctx, rssm_error *err)
+{
+    VkResult r = volkInitialize();
+    if (r != VK_SUCCESS)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "vulkan: no Vulkan loader (libvulkan.so.1) could be loaded");
+    if (volkGetInstanceVersion() < VK_API_VERSION_1_3)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: the loader offers Vulkan %u.%u; 1.3 is needed",
+                              VK_API_VERSION_MAJOR(volkGetInstanceVersion()),
+                              VK_API_VERSION_MINOR(volkGetInstanceVersion()));
+    const char *layers[1] = {"VK_LAYER_KHRONOS_validation"};
+    const char *exts[1] = {VK_EXT_DEBUG_UTILS_EXTENSION_NAME};
+    if (ctx->validation && !has_layer(layers[0]))
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "vulkan: RSSM_VK_VALIDATION=1 but VK_LAYER_KHRONOS_validation is not installed "
+                              "(Debian: vulkan-validationlayers)");
+    VkApplicationInfo app = {
+        .sType = VK_STRUCTURE_TYPE_APPLICATION_INFO,
+        .pApplicationName = "rssm",
+        .pEngineName = "rssm",
+        .apiVersion = VK_API_VERSION_1_3,
+    };
+    VkDebugUtilsMessengerCreateInfoEXT mci = {
+        .sType = VK_STRUCTURE_TYPE_DEBUG_UTILS_MESSENGER_CREATE_INFO_EXT,
+        .messageSeverity = VK_DEBUG_UTILS_MESSAGE_SEVERITY_WARNING_BIT_EXT |
+                           VK_DEBUG_UTILS_MESSAGE_SEVERITY_ERROR_BIT_EXT,
+        .messageType = VK_DEBUG_UTILS_MESSAGE_TYPE_GENERAL_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_VALIDATION_BIT_EXT |
+                       VK_DEBUG_UTILS_MESSAGE_TYPE_PERFORMANCE_BIT_EXT,
+        .pfnUserCallback = on_validation_message,
+        .pUserData = ctx,
+    };
+    VkInstanceCreateInfo ici = {
+        .sType = VK_STRUCTURE_TYPE_INSTANCE_CREATE_INFO,
+        /* Chained, so instance creation and destruction are covered too. */
+        .pNext = ctx->validation ? &mci : NULL,
+        .pApplicationInfo = &app,
+        .enabledLayerCount = ctx->validation ? 1u : 0u,
+        .ppEnabledLayerNames = layers,
+        .enabledExtensionCount = ctx->validation ? 1u : 0u,
+        .ppEnabledExtensionNames = exts,
+    };
+    r = vkCreateInstance(&ici, NULL, &ctx->instance);
+    if (r == VK_ERROR_INCOMPATIBLE_DRIVER)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: no Vulkan driver is installed");
+    if (r != VK_SUCCESS)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: vkCreateInstance failed (VkResult %d)", (int)r);
+
+#define LOAD(name) ctx->fi.name = (PFN_vk##name)vkGetInstanceProcAddr(ctx->instance, "vk" #name)
+    LOAD(DestroyInstance);
+    LOAD(EnumeratePhysicalDevices);
+    LOAD(GetPhysicalDeviceProperties2);
+    LOAD(GetPhysicalDeviceFeatures2);
+    LOAD(GetPhysicalDeviceMemoryProperties);
+    LOAD(GetPhysicalDeviceQueueFamilyProperties);
+    LOAD(EnumerateDeviceExtensionProperties);
+    LOAD(CreateDevice);
+    LOAD(DestroyDevice);
+    LOAD(CreateDebugUtilsMessengerEXT);
+    LOAD(DestroyDebugUtilsMessengerEXT);
+    LOAD(GetPhysicalDeviceCooperativeMatrixPropertiesKHR);
+#undef LOAD
+    if (ctx->validation) {
+        if (!ctx->fi.CreateDebugUtilsMessengerEXT)
+            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: VK_EXT_debug_utils is missing");
+        r = ctx->fi.CreateDebugUtilsMessengerEXT(ctx->instance, &mci, NULL, &ctx->messenger);
+        if (r != VK_SUCCESS)
+            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                                  "vulkan: creating the validation messenger failed (VkResult %d)", (int)r);
+    }
+    return RSSM_OK;
+}
+
+static bool has_extension(const VkExtensionProperties *e, uint32_t n, const char *name)
+{
+    for (uint32_t i = 0; i < n; i++)
+        if (strcmp(e[i].extensionName, name) == 0)
+            return true;
+    return false;
+}
+
+static int type_rank(VkPhysicalDeviceType t)
+{
+    switch (t) {
+    case VK_PHYSICAL_DEVICE_TYPE_DISCRETE_GPU: return 0;
+    case VK_PHYSICAL_DEVICE_TYPE_INTEGRATED_GPU: return 1;
+    case VK_PHYSICAL_DEVICE_TYPE_VIRTUAL_GPU: return 2;
+    case VK_PHYSICAL_DEVICE_TYPE_CPU: return 3;
+    default: return 4;
+    }
+}
+
+static bool compute_queue(vk_ctx *ctx, VkPhysicalDevice pd, uint32_t *family, uint32_t *ts_bits)
+{
+    uint32_t n = 0;
+    ctx->fi.GetPhysicalDeviceQueueFamilyProperties(pd, &n, NULL);
+    VkQueueFamilyProperties q[64];
+    if (n > 64)
+        n = 64;
+    ctx->fi.GetPhysicalDeviceQueueFamilyProperties(pd, &n, q);
+    for (uint32_t i = 0; i < n; i++) {
+        if (q[i].queueFlags & VK_QUEUE_COMPUTE_BIT) {
+            *family = i;
+            *ts_bits = q[i].timestampValidBits;
+            return true;
+        }
+    }
+    return false;
+}
+
+/* Discrete > integrated > virtual > CPU, or what RSSM_VK_DEVICE names (an
+ * index into vkEnumeratePhysicalDevices or a substring of the name). */
+static rssm_status choose_device(vk_ctx *ctx, rssm_error *err)
+{
+    uint32_t n = 0;
+    VkResult r = ctx->fi.EnumeratePhysicalDevices(ctx->instance, &n, NULL);
+    if (r != VK_SUCCESS || n == 0)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: no Vulkan device found");
+    VkPhysicalDevice devs[16];
+    if (n > 16)
+        n = 16;
+    r = ctx->fi.EnumeratePhysicalDevices(ctx->instance, &n, devs);
+    if (r != VK_SUCCESS && r != VK_INCOMPLETE)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: enumerating devices failed (VkResult %d)", (int)r);
+
+    const char *want = getenv("RSSM_VK_DEVICE");
+    bool want_index = want && *want;
+    for (const char *c = want; want_index && *c; c++)
+        want_index = isdigit((unsigned char)*c) != 0;
+    int best = -1, best_rank = 99;
+    for (uint32_t i = 0; i < n; i++) {
+        VkPhysicalDeviceProperties2 p = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2};
+        ctx->fi.GetPhysicalDeviceProperties2(devs[i], &p);
+        uint32_t fam, bits;
+        bool usable = p.properties.apiVersion >= VK_API_VERSION_1_3 && compute_queue(ctx, devs[i], &fam, &bits);
+        if (want && *want) {
+            bool named = want_index ? (uint32_t)atoi(want) == i : strstr(p.properties.deviceName, want) != NULL;
+            if (!named)
+                continue;
+            if (!usable)
+                return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                                      "vulkan: RSSM_VK_DEVICE=%s names '%s', which lacks Vulkan 1.3 or a compute queue",
+                                      want, p.properties.deviceName);
+            best = (int)i;
+            break;
+        }
+        int rank = type_rank(p.properties.deviceType);
+        if (usable && rank < best_rank) {
+            best = (int)i;
+            best_rank = rank;
+        }
+    }
+    if (best < 0)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              want && *want ? "vulkan: RSSM_VK_DEVICE=%s matches no device"
+                                            : "vulkan: no device with Vulkan 1.3 and a compute queue%s",
+                              want && *want ? want : "");
+    ctx->phys = devs[best];
+    return RSSM_OK;
+}
+
+/* Picks an fp16 x fp16 -> fp32 subgroup tile shape, 16x16x16 if offered. */
+static void read_coopmat(vk_ctx *ctx, bool extension)
+{
+    ctx->device_coopmat = false;
+    if (!extension || !ctx->fi.GetPhysicalDeviceCooperativeMatrixPropertiesKHR) {
+        snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note, "no VK_KHR_cooperative_matrix");
+        return;
+    }
+    if (env_on("RSSM_VK_NO_COOPMAT")) {
+        snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note, "off (RSSM_VK_NO_COOPMAT)");
+        return;
+    }
+    uint32_t n = 0;
+    if (ctx->fi.GetPhysicalDeviceCooperativeMatrixPropertiesKHR(ctx->phys, &n, NULL) != VK_SUCCESS || n == 0) {
+        snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note, "VK_KHR_cooperative_matrix lists no shapes");
+        return;
+    }
+    VkCooperativeMatrixPropertiesKHR p[64];
+    if (n > 64)
+        n = 64;
+    for (uint32_t i = 0; i < n; i++)
+        p[i] = (VkCooperativeMatrixPropertiesKHR){.sType = VK_STRUCTURE_TYPE_COOPERATIVE_MATRIX_PROPERTIES_KHR};
+    if (ctx->fi.GetPhysicalDeviceCooperativeMatrixPropertiesKHR(ctx->phys, &n, p) != VK_SUCCESS)
+        n = 0;
+    int pick = -1;
+    for (uint32_t i = 0; i < n; i++) {
+        if (p[i].AType != VK_COMPONENT_TYPE_FLOAT16_KHR || p[i].BType != VK_COMPONENT_TYPE_FLOAT16_KHR ||
+            p[i].CType != VK_COMPONENT_TYPE_FLOAT32_KHR || p[i].ResultType != VK_COMPONENT_TYPE_FLOAT32_KHR ||
+            p[i].scope != VK_SCOPE_SUBGROUP_KHR)
+            continue;
+        /* The kernel's element-wise staging needs whole subgroups per tile. */
+        if ((p[i].MSize * p[i].NSize) % ctx->subgroup_size != 0)
+            continue;
+        if (pick < 0 || (p[i].MSize == 16 && p[i].NSize == 16 && p[i].KSize == 16))
+            pick = (int)i;
+    }
+    if (pick < 0) {
+        snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note, "no fp16 x fp16 -> fp32 subgroup shape among %u", n);
+        return;
+    }
+    ctx->device_coopmat = true;
+    ctx->tile_m = p[pick].MSize;
+    ctx->tile_n = p[pick].NSize;
+    ctx->tile_k = p[pick].KSize;
+    snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note, "fp16 x fp16 -> fp32, %ux%ux%u (of %u shapes)",
+             ctx->tile_m, ctx->tile_n, ctx->tile_k, n);
+}
+
+static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
+{
+    VkPhysicalDeviceSubgroupSizeControlProperties sizes = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_SIZE_CONTROL_PROPERTIES};
+    VkPhysicalDeviceSubgroupProperties sub = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_SUBGROUP_PROPERTIES,
+                                              .pNext = &sizes};
+    VkPhysicalDeviceDriverProperties driver = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_DRIVER_PROPERTIES,
+                                               .pNext = &sub};
+    VkPhysicalDeviceProperties2 props = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &driver};
+    ctx->fi.GetPhysicalDeviceProperties2(ctx->phys, &props);
+    ctx->props = props.properties;
+    ctx->fi.GetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->mem_props);
+
+    const VkSubgroupFeatureFlags need_ops = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sub.supportedOperations & need_ops) != need_ops)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "vulkan: %s lacks subgroup basic/arithmetic operations in compute shaders",
+                              ctx->props.deviceName);
+
+    uint32_t next = 0;
+    ctx->fi.EnumerateDeviceExtensionProperties(ctx->phys, NULL, &next, NULL);
+    VkExtensionProperties *exts = calloc(next ? next : 1, sizeof *exts);
+    if (!exts)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    ctx->fi.EnumerateDeviceExtensionProperties(ctx->phys, NULL, &next, exts);
+    bool coopmat_ext = has_extension(exts, next, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    free(exts);
+
+    VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm_f = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+                                            .pNext = coopmat_ext ? &cm_f : NULL};
+    VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+                                            .pNext = &f13};
+    VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
+    ctx->fi.GetPhysicalDeviceFeatures2(ctx->phys, &f);
+
+    /* Pin the subgroup size when the device lets us; otherwise trust the
+     * reported size, which compute dispatches of full subgroups get. */
+    ctx->subgroup_size = sub.subgroupSize;
+    ctx->subgroup_size_control = f13.subgroupSizeControl && f13.computeFullSubgroups &&
+                                 (sizes.requiredSubgroupSizeStages & VK_SHADER_STAGE_COMPUTE_BIT) &&
+                                 sub.subgroupSize >= sizes.minSubgroupSize &&
+                                 sub.subgroupSize <= sizes.maxSubgroupSize;
+    if (ctx->subgroup_size == 0 || (ctx->subgroup_size & (ctx->subgroup_size - 1)) != 0 ||
+        ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP > ctx->props.limits.maxComputeWorkGroupInvocations)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: subgroup size %u is not usable",
+                              ctx->subgroup_size);
+
+    read_coopmat(ctx, coopmat_ext && cm_f.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel);
+#ifndef RSSM_VK_HAVE_CM_SPIRV
+    if (ctx->device_coopmat) {
+        ctx->device_coopmat = false;
+        snprintf(ctx->coopmat_note, sizeof ctx->coopmat_note,
+                 "the device has it, but this build has no cooperative-matrix SPIR-V");
+    }
+#endif
+
+    if (!compute_queue(ctx, ctx->phys, &ctx->queue_family, &ctx->timestamp_bits))
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: no compute queue");
+    if (!ctx->props.limits.timestampComputeAndGraphics)
+        ctx->timestamp_bits = 0;
+
+    bool use_cm = ctx->device_coopmat && ctx->kernels == VK_KERNELS_COOPMAT;
+    VkPhysicalDeviceVulkan13Features e13 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
+        .pNext = use_cm ? &cm_f : NULL,
+        .subgroupSizeControl = ctx->subgroup_size_control,
+        .computeFullSubgroups = ctx->subgroup_size_control,
+        /* LocalSizeId: the workgroup size is a specialization constant. */
+        .maintenance4 = VK_TRUE,
+    };
+    cm_f.pNext = NULL;
+    cm_f.cooperativeMatrixRobustBufferAccess = VK_FALSE;
+    VkPhysicalDeviceVulkan12Features e12 = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
+        .pNext = &e13,
+        .shaderFloat16 = use_cm,
+        .vulkanMemoryModel = use_cm,
+    };
+    const float prio = 1.0f;
+    VkDeviceQueueCreateInfo qci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_QUEUE_CREATE_INFO,
+        .queueFamilyIndex = ctx->queue_family,
+        .queueCount = 1,
+        .pQueuePriorities = &prio,
+    };
+    const char *dev_exts[1] = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME};
+    VkDeviceCreateInfo dci = {
+        .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
+        .pNext = &e12,
+        .queueCreateInfoCount = 1,
+        .pQueueCreateInfos = &qci,
+        .enabledExtensionCount = use_cm ? 1u : 0u,
+        .ppEnabledExtensionNames = dev_exts,
+    };
+    VkResult r = ctx->fi.CreateDevice(ctx->phys, &dci, NULL, &ctx->device);
+    if (r != VK_SUCCESS)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: vkCreateDevice on %s failed (VkResult %d)",
+                              ctx->props.deviceName, (int)r);
+    pthread_mutex_lock(&volk_lock);
+    volkLoadInstanceOnly(ctx->instance);
+    volkLoadDeviceTable(&ctx->vk, ctx->device);
+    pthread_mutex_unlock(&volk_lock);
+    ctx->vk.vkGetDeviceQueue(ctx->device, ctx->queue_family, 0, &ctx->queue);
+
+    snprintf(ctx->device_line, sizeof ctx->device_line, "%.120s (%.60s %.100s, Vulkan %u.%u.%u)", ctx->props.deviceName,
+             driver.driverName, driver.driverInfo, VK_API_VERSION_MAJOR(ctx->props.apiVersion),
+             VK_API_VERSION_MINOR(ctx->props.apiVersion), VK_API_VERSION_PATCH(ctx->props.apiVersion));
+    return RSSM_OK;
+}
+
+static rssm_status create_queue_objects(vk_ctx *ctx, rssm_error *err)
+{
+    VkCommandPoolCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_POOL_CREATE_INFO,
+        .flags = VK_COMMAND_POOL_CREATE_RESET_COMMAND_BUFFER_BIT,
+        .queueFamilyIndex = ctx->queue_family,
+    };
+    VkResult r = ctx->vk.vkCreateCommandPool(ctx->device, &pci, NULL, &ctx->command_pool);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateCommandPool", err);
+    VkCommandBufferAllocateInfo ai = {
+        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
+        .commandPool = ctx->command_pool,
+        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
+        .commandBufferCount = 1,
+    };
+    if ((r = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &ctx->transfer_cmd)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
+    VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
+    if ((r = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &ctx->transfer_fence)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateFence", err);
+    VkPipelineCacheCreateInfo cci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
+    if ((r = ctx->vk.vkCreatePipelineCache(ctx->device, &cci, NULL, &ctx->pipeline_cache)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreatePipelineCache", err);
+    return RSSM_OK;
+}
+
+rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
+{
+    vk_kernels kernels;
+    bool bare = strcmp(variant, "vulkan") == 0;
+    if (bare || strcmp(variant, "vulkan:coopmat") == 0)
+        kernels = VK_KERNELS_COOPMAT;
+    else if (strcmp(variant, "vulkan:portable") == 0)
+        kernels = VK_KERNELS_PORTABLE;
+    else if (strcmp(variant, "vulkan:coopmat-emulated") == 0)
+        kernels = VK_KERNELS_COOPMAT_EMULATED;
+    else
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "vulkan: unknown variant '%s'", variant);
+
+    vk_ctx *ctx = calloc(1, sizeof *ctx);
+    if (!ctx)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    ctx->kernels = kernels;
+    ctx->validation = env_on("RSSM_VK_VALIDATION");
+    /* The emulated tiles use the common 16x16x16 shape; read_coopmat
+     * replaces it with a device shape for the real ones. */
+    ctx->tile_m = ctx->tile_n = ctx->tile_k = 16;
+    rssm_status st;
+    pthread_mutex_lock(&volk_lock);
+    st = create_instance(ctx, err);
+    pthread_mutex_unlock(&volk_lock);
+    if (st == RSSM_OK)
+        st = choose_device(ctx, err);
+    if (st == RSSM_OK)
+        st = create_device(ctx, err);
+    if (st == RSSM_OK && kernels == VK_KERNELS_COOPMAT && !ctx->device_coopmat) {
+        if (bare) {
+            ctx->kernels = VK_KERNELS_PORTABLE;
+        } else {
+            st = rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan:coopmat: %s: %s", ctx->props.deviceName,
+                                ctx->coopmat_note);
+        }
+    }
+    if (st == RSSM_OK)
+        st = create_queue_objects(ctx, err);
+    if (st == RSSM_OK)
+        st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK) {
+        vk_ctx_destroy(ctx);
+        return st;
+    }
+    snprintf(ctx->variant, sizeof ctx->variant, "%s", variant);
+    *out = ctx;
+    return rssm_clear_error(err);
+}
+
+void vk_ctx_destroy(vk_ctx *ctx)
+{
+    if (!ctx)
+        return;
+    if (ctx->validation_failed) {
+        /* A message from a call that returned nothing (a destroy): no
+         * later call is left to report it. */
+        fprintf(stderr, "rssm vulkan: unreported validation message: %s\n", ctx->validation_message);
+        abort();
+    }
+    ctx->destroying = true;
+    if (ctx->device) {
+        ctx->vk.vkDeviceWaitIdle(ctx->device);
+        if (ctx->pipeline_cache)
+            ctx->vk.vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
+        if (ctx->transfer_fence)
+            ctx->vk.vkDestroyFence(ctx->device, ctx->transfer_fence, NULL);
+        if (ctx->command_pool)
+            ctx->vk.vkDestroyCommandPool(ctx->device, ctx->command_pool, NULL);
+        ctx->fi.DestroyDevice(ctx->device, NULL);
+    }
+    if (ctx->messenger)
+        ctx->fi.DestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
+    if (ctx->instance)
+        ctx->fi.DestroyInstance(ctx->instance, NULL);
+    free(ctx);
+}
+
+static const char *kernels_name(vk_kernels k)
+{
+    switch (k) {
+    case VK_KERNELS_PORTABLE: return "portable (subgroup arithmetic + shared memory)";
+    case VK_KERNELS_COOPMAT: return "coopmat (flush on KHR cooperative matrices)";
+    case VK_KERNELS_COOPMAT_EMULATED: return "coopmat-emulated (the _cm kernels on emulated tiles)";
+    }
+    return "?";
+}
+
+void vk_describe(const vk_ctx *ctx, char *buf, size_t size)
+{
+    snprintf(buf, size,
+             "kernels: %s\n"
+             "subgroup size: %u (%s)\n"
+             "cooperative matrix: %s\n"
+             "shared memory: %u bytes per workgroup\n"
+             "timestamps: %s\n"
+             "validation: %s\n",
+             kernels_name(ctx->kernels), ctx->subgroup_size,
+             ctx->subgroup_size_control ? "required per pipeline" : "device default",
+             ctx->coopmat_note, ctx->props.limits.maxComputeSharedMemorySize,
+             ctx->timestamp_bits ? "yes" : "no (wall clock)",
+             ctx->validation ? "VK_LAYER_KHRONOS_validation (RSSM_VK_VALIDATION=1: any message fails)" : "off");
+}

@@ -1,0 +1,166 @@
+/* The Vulkan backend's own objects, shared by the files of vk/. Nothing
+ * outside vk/ includes this: common code sees only the ops table. */
+#ifndef RSSM_VK_INTERNAL_H
+#define RSSM_VK_INTERNAL_H
+
+#include "vk_compat.h"
+#include "backend.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Subgroups per workgroup; must match SG_COUNT in shaders/decode.comp. */
+#define VK_SUBGROUPS_PER_WORKGROUP 4u
+
+/* Which decode kernels a backend instance runs. */
+typedef enum vk_kernels {
+    VK_KERNELS_PORTABLE = 0,       /* subgroup arithmetic + shared memory */
+    VK_KERNELS_COOPMAT = 1,        /* `_cm` flush on KHR cooperative matrices */
+    VK_KERNELS_COOPMAT_EMULATED = 2, /* `_cm` flush on emulated tiles */
+} vk_kernels;
+
+/* The few instance-level entry points we call, per instance. */
+typedef struct vk_instance_fns {
+    PFN_vkDestroyInstance DestroyInstance;
+    PFN_vkEnumeratePhysicalDevices EnumeratePhysicalDevices;
+    PFN_vkGetPhysicalDeviceProperties2 GetPhysicalDeviceProperties2;
+    PFN_vkGetPhysicalDeviceFeatures2 GetPhysicalDeviceFeatures2;
+    PFN_vkGetPhysicalDeviceMemoryProperties GetPhysicalDeviceMemoryProperties;
+    PFN_vkGetPhysicalDeviceQueueFamilyProperties GetPhysicalDeviceQueueFamilyProperties;
+    PFN_vkEnumerateDeviceExtensionProperties EnumerateDeviceExtensionProperties;
+    PFN_vkCreateDevice CreateDevice;
+    PFN_vkDestroyDevice DestroyDevice;
+    PFN_vkCreateDebugUtilsMessengerEXT CreateDebugUtilsMessengerEXT;
+    PFN_vkDestroyDebugUtilsMessengerEXT DestroyDebugUtilsMessengerEXT;
+    PFN_vkGetPhysicalDeviceCooperativeMatrixPropertiesKHR GetPhysicalDeviceCooperativeMatrixPropertiesKHR;
+} vk_instance_fns;
+
+typedef struct vk_buffer {
+    VkBuffer buffer;
+    VkDeviceMemory memory;
+    VkDeviceSize size;
+    void *map;           /* host-visible buffers: persistently mapped */
+} vk_buffer;
+
+typedef struct vk_ctx {
+    vk_kernels kernels;
+    char variant[32];
+
+    VkInstance instance;
+    vk_instance_fns fi;
+    VkDebugUtilsMessengerEXT messenger;
+    bool validation;           /* RSSM_VK_VALIDATION=1: the test mode */
+    bool destroying;
+    bool validation_failed;    /* a message arrived; the next call fails */
+    char validation_message[200];
+
+    VkPhysicalDevice phys;
+    VkPhysicalDeviceProperties props;
+    VkPhysicalDeviceMemoryProperties mem_props;
+    VkDevice device;
+    struct VolkDeviceTable vk;
+    uint32_t queue_family;
+    VkQueue queue;
+    uint32_t timestamp_bits;   /* 0: no timestamps on this queue */
+
+    uint32_t subgroup_size;    /* the size every pipeline runs with */
+    bool subgroup_size_control;
+    bool device_coopmat;       /* the device offers fp16 x fp16 -> fp32 tiles */
+    uint32_t tile_m, tile_n, tile_k;   /* tile shape the `_cm` kernels use */
+    char coopmat_note[160];    /* why coopmat is off, or its shapes */
+
+    VkCommandPool command_pool;
+    VkCommandBuffer transfer_cmd;   /* one-shot copies, always waited on */
+    VkFence transfer_fence;
+    VkPipelineCache pipeline_cache;
+
+    char device_line[320];
+} vk_ctx;
+
+typedef struct vk_pool {
+    rssm_model model;
+    rssm_slot_layout layout;
+    uint32_t slots;
+    vk_buffer pool;       /* device-local, slots * slot_bytes */
+    vk_buffer staging;    /* host-visible, one slot */
+} vk_pool;
+
+/* Byte offsets of the step arrays inside a batch's io buffer. */
+typedef struct vk_io_layout {
+    VkDeviceSize q, k, v, gate, beta, a_log, dt_bias, out, total;
+    VkDeviceSize q_bytes, v_bytes, gate_bytes, beta_bytes, a_log_bytes, dt_bias_bytes;
+} vk_io_layout;
+
+typedef struct vk_batch {
+    vk_pool *pool;
+    rssm_kernel_params params;
+    vk_io_layout io;
+    vk_buffer io_dev;         /* device-local inputs and outputs */
+    vk_buffer io_host;        /* host-visible staging, same layout */
+    vk_buffer header;         /* host-visible step header, refreshed in place */
+    VkDescriptorSetLayout set_layout;
+    VkPipelineLayout pipeline_layout;
+    VkPipeline pipeline;
+    VkDescriptorPool descriptor_pool;
+    VkDescriptorSet set;
+    VkQueryPool queries;
+    VkCommandBuffer step_cmd; /* recorded once, resubmitted every step */
+    VkFence step_fence;
+    double last_run_seconds;
+} vk_batch;
+
+/* ---- vk_device.c */
+rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err);
+void vk_ctx_destroy(vk_ctx *ctx);
+void vk_describe(const vk_ctx *ctx, char *buf, size_t size);
+/* RSSM_ERR_DEVICE "validation: ..." when the layer reported something since
+ * the last call (and forgets it); RSSM_OK otherwise. */
+rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
+/* A failed Vulkan call as an rssm error naming the call. */
+rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err);
+
+/* ---- vk_memory.c */
+typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST } vk_memory_kind;
+rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind,
+                             vk_buffer *out, rssm_error *err);
+void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
+/* Records into ctx->transfer_cmd: begin (with a barrier after all earlier
+ * device work) ... submit_wait (barrier to host and shader reads, submit,
+ * wait). */
+rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
+rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
+rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);
+
+/* ---- vk_pipeline.c */
+/* Shared memory the decode kernel needs for this model with the context's
+ * kernels, in bytes; the same arithmetic as the shader's declarations. */
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m);
+rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout,
+                               VkPipeline *out, rssm_error *err);
+
+/* ---- vk_shaders.c: the SPIR-V words built from shaders/decode.comp */
+typedef struct vk_spirv {
+    const char *name;
+    const uint32_t *words;
+    size_t size;   /* bytes */
+} vk_spirv;
+extern const vk_spirv vk_spirv_decode_packed;
+extern const vk_spirv vk_spirv_decode_replay;
+extern const vk_spirv vk_spirv_decode_replay_cm_emu;
+extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
+
+/* ---- vk_batch.c */
+rssm_status vk_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,
+                            void **batch, rssm_error *err);
+void vk_batch_destroy(void *ctx, void *batch);
+rssm_status vk_batch_set_gate_params(void *ctx, void *batch, uint32_t layer, const float *A_log,
+                                     const float *dt_bias, rssm_error *err);
+rssm_status vk_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_step_inputs *in,
+                            rssm_error *err);
+rssm_status vk_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                         rssm_error *err);
+rssm_status vk_batch_download(void *ctx, void *batch, uint32_t rows, void *out, rssm_error *err);
+double vk_batch_last_run_seconds(void *ctx, void *batch);
+
+#endif

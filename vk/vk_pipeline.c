@@ -1,0 +1,107 @@
+/* Choosing a decode module for a model and specialising it into a compute
+ * pipeline (through the context's pipeline cache). */
+#include "vk_internal.h"
+#include "error.h"
+
+static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
+
+static bool uses_tiles(const vk_ctx *ctx, const rssm_model *m)
+{
+    return m->replay && ctx->kernels != VK_KERNELS_PORTABLE;
+}
+
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
+{
+    const size_t K = m->head_k, V = m->head_v, L = m->replay ? m->ring_len : 1;
+    const size_t S = VK_SUBGROUPS_PER_WORKGROUP;
+    size_t bytes = 4 * K * 4 + 2 * V * 4 + S * 16; /* s_q s_k s_g s_ag, s_d s_o, s_red */
+    if (!m->replay)
+        return bytes;
+    bytes += 3 * L * 4; /* s_gam s_cq s_ck */
+    if (!uses_tiles(ctx, m))
+        return bytes + L * K * 4; /* s_kk */
+    const size_t tm = ctx->tile_m, tn = ctx->tile_n, tk = ctx->tile_k;
+    const size_t pv = round_up(V, tm), pj = round_up(L, tk), pk = round_up(K, tn);
+    if (ctx->kernels == VK_KERNELS_COOPMAT) /* fp16 staging, fp32 s_kk, accumulator scratch */
+        return bytes + pv * pj * 2 + pj * pk * 2 + L * K * 4 + S * tm * tn * 4;
+    return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
+}
+
+static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
+{
+    if (!m->replay)
+        return &vk_spirv_decode_packed;
+    switch (ctx->kernels) {
+    case VK_KERNELS_COOPMAT: return &vk_spirv_decode_replay_cm;
+    case VK_KERNELS_COOPMAT_EMULATED: return &vk_spirv_decode_replay_cm_emu;
+    default: return &vk_spirv_decode_replay;
+    }
+}
+
+/* Specialization constant ids of shaders/decode.comp. */
+enum {
+    SPEC_GATE_KIND, SPEC_HEAD_K, SPEC_HEAD_V, SPEC_RING_LEN, SPEC_SG_SIZE, SPEC_STATE_DT,
+    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_COUNT
+};
+
+rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, VkPipeline *out,
+                               rssm_error *err)
+{
+    const vk_spirv *spv = module_for(ctx, m);
+    if (spv->size == 0)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
+    uint32_t values[SPEC_COUNT] = {
+        [SPEC_GATE_KIND] = (uint32_t)m->gate_kind,
+        [SPEC_HEAD_K] = m->head_k,
+        [SPEC_HEAD_V] = m->head_v,
+        [SPEC_RING_LEN] = m->replay ? m->ring_len : 1u,
+        [SPEC_SG_SIZE] = ctx->subgroup_size,
+        [SPEC_STATE_DT] = (uint32_t)m->state_dtype,
+        [SPEC_RING_DT] = (uint32_t)m->ring_dtype,
+        [SPEC_IO_DT] = (uint32_t)m->io_dtype,
+        [SPEC_TILE_M] = ctx->tile_m,
+        [SPEC_TILE_N] = ctx->tile_n,
+        [SPEC_TILE_K] = ctx->tile_k,
+        [SPEC_WG_SIZE] = ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP,
+    };
+    VkSpecializationMapEntry entries[SPEC_COUNT];
+    for (uint32_t i = 0; i < SPEC_COUNT; i++)
+        entries[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
+    VkSpecializationInfo spec = {
+        .mapEntryCount = SPEC_COUNT,
+        .pMapEntries = entries,
+        .dataSize = sizeof values,
+        .pData = values,
+    };
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+        .codeSize = spv->size,
+        .pCode = spv->words,
+    };
+    VkShaderModule module;
+    VkResult r = ctx->vk.vkCreateShaderModule(ctx->device, &mci, NULL, &module);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateShaderModule", err);
+    VkPipelineShaderStageRequiredSubgroupSizeCreateInfo req = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
+        .requiredSubgroupSize = ctx->subgroup_size,
+    };
+    VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {
+            .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+            .pNext = ctx->subgroup_size_control ? &req : NULL,
+            .flags = ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT : 0,
+            .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+            .module = module,
+            .pName = "main",
+            .pSpecializationInfo = &spec,
+        },
+        .layout = layout,
+    };
+    r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, out);
+    ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateComputePipelines", err);
+    return RSSM_OK;
+}

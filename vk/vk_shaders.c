@@ -1,0 +1,28 @@
+/* The SPIR-V modules built from shaders/decode.comp by vk/CMakeLists.txt
+ * (glslc / glslangValidator word lists, validated with spirv-val). */
+#include "vk_internal.h"
+
+static const uint32_t decode_packed_words[] = {
+#include "decode_packed.inc"
+};
+static const uint32_t decode_replay_words[] = {
+#include "decode_replay.inc"
+};
+static const uint32_t decode_replay_cm_emu_words[] = {
+#include "decode_replay_cm_emu.inc"
+};
+
+const vk_spirv vk_spirv_decode_packed = {"decode_packed", decode_packed_words, sizeof decode_packed_words};
+const vk_spirv vk_spirv_decode_replay = {"decode_replay", decode_replay_words, sizeof decode_replay_words};
+const vk_spirv vk_spirv_decode_replay_cm_emu = {"decode_replay_cm_emu", decode_replay_cm_emu_words,
+                                                sizeof decode_replay_cm_emu_words};
+
+#ifdef RSSM_VK_HAVE_CM_SPIRV
+static const uint32_t decode_replay_cm_words[] = {
+#include "decode_replay_cm.inc"
+};
+const vk_spirv vk_spirv_decode_replay_cm = {"decode_replay_cm", decode_replay_cm_words,
+                                            sizeof decode_replay_cm_words};
+#else
+const vk_spirv vk_spirv_decode_replay_cm = {"decode_replay_cm", NULL, 0};
+#endif
