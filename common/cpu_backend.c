@@ -1,6 +1,7 @@
 /*
  * The CPU backend: "device" memory is host memory, uploads and downloads are
- * copies, and a step runs rssm_cpu_step_head for every (layer, row, value
+ * copies, and a step runs the kernel of cpu_kernels.h (the best variant this
+ * CPU runs, or the one RSSM_CPU_VARIANT names) for every (layer, row, value
  * head) on a thread pool. It is the reference the GPU backends are checked
  * against and the default where there is no GPU.
  */
@@ -11,7 +12,6 @@
 
 #include "backend.h"
 #include "cpu_kernels.h"
-#include "dtype.h"
 #include "error.h"
 #include "thread_pool.h"
 
@@ -32,6 +32,8 @@ typedef struct cpu_ctx {
     rssm_thread_pool *threads;
     unsigned thread_count;
     int threads_from_env;
+    const rssm_cpu_variant *variant; /* the compiled step this context runs */
+    int variant_from_env;
     char device[128];
 } cpu_ctx;
 
@@ -50,6 +52,7 @@ typedef struct cpu_batch {
     float *gate, *beta;
     float *A_log, *dt_bias;       /* [layers][HV], [layers][HV] or [layers][HV][K] */
     rssm_row_header *header;      /* [max_rows], the rows of the current run */
+    uint8_t *slot_seen;           /* [pool slots], to reject a slot named twice */
     uint32_t rows;                /* rows of the current run */
     float *scratch;               /* one block per worker */
     size_t scratch_floats;        /* per worker, a multiple of CPU_ALIGN / 4 */
@@ -69,8 +72,8 @@ static void *alloc_aligned(size_t bytes)
  * of a checkpoint starts with a TLB miss and a restart of the hardware
  * prefetcher (it stops at page boundaries); 2 MiB pages remove both. So
  * large pools are aligned to 2 MiB and, where the kernel has transparent
- * huge pages on request, asked to use them. Only a hint: without it the
- * pool works the same, slower. */
+ * huge pages on request, asked to use them (about 10% faster steps here).
+ * Only a hint: without it the pool works the same. */
 #define CPU_HUGE_PAGE ((size_t)2 << 20)
 
 static void *alloc_pool(size_t bytes)
@@ -143,6 +146,17 @@ static rssm_status cpu_create(const char *variant, void **out, rssm_error *err)
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");
+    /* RSSM_CPU_VARIANT names a kernel variant (tests use "baseline" to run
+     * the portable code on a machine that has more); unset, the best. */
+    const char *want = getenv("RSSM_CPU_VARIANT");
+    c->variant_from_env = want && *want;
+    c->variant = rssm_cpu_variant_pick(c->variant_from_env ? want : NULL);
+    if (!c->variant) {
+        free(c);
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "RSSM_CPU_VARIANT='%s': not built in or not supported by this CPU "
+                              "(built in: %s)", want, rssm_cpu_variant_names());
+    }
     rssm_status st = thread_count(&c->thread_count, &c->threads_from_env, err);
     if (st == RSSM_OK)
         st = rssm_thread_pool_create(c->thread_count, &c->threads, err);
@@ -172,10 +186,13 @@ static void cpu_describe(void *ctx, char *buf, size_t size)
     snprintf(buf, size,
              "device: %s\n"
              "threads: %u (%s)\n"
-             "kernels: %s vector code (compiler target), no FMA contraction, fp32 arithmetic\n",
+             "kernels: %s (variant '%s', %s; built in: %s; every variant gives the same "
+             "bits), fp32 arithmetic without FMA contraction\n",
              c->device, c->thread_count,
              c->threads_from_env ? "from RSSM_CPU_THREADS" : "online cores; set RSSM_CPU_THREADS to change",
-             rssm_cpu_kernels_isa());
+             c->variant->isa(), c->variant->name,
+             c->variant_from_env ? "from RSSM_CPU_VARIANT" : "the best this CPU runs",
+             rssm_cpu_variant_names());
 }
 
 static rssm_status cpu_supports(void *ctx, const rssm_model *m, rssm_error *err)
@@ -265,6 +282,7 @@ static void cpu_batch_destroy(void *ctx, void *batch)
     free(b->A_log);
     free(b->dt_bias);
     free(b->header);
+    free(b->slot_seen);
     free(b->scratch);
     free(b);
 }
@@ -304,10 +322,11 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     b->A_log = calloc(p->layers * HV, sizeof(float));
     b->dt_bias = calloc(p->layers * HV * gw, sizeof(float));
     b->header = calloc(p->max_rows, sizeof *b->header);
+    b->slot_seen = calloc(b->pool->slots, 1);
     b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
     if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
-        !b->header || !b->scratch) {
+        !b->header || !b->slot_seen || !b->scratch) {
         cpu_batch_destroy(ctx, b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
                               "cpu batch: could not allocate buffers for %u rows x %u layers",
@@ -389,8 +408,8 @@ static void run_item(void *ctx, size_t item, unsigned worker)
         const size_t lr = i / HV;
         const uint32_t row = (uint32_t)(lr % b->rows);
         const uint32_t layer = (uint32_t)(lr / b->rows);
-        rssm_cpu_step_head(&b->params, b->pool->base, &a->io, &b->header[row], row, layer, hv,
-                           scratch);
+        b->ctx->variant->step(&b->params, b->pool->base, &a->io, &b->header[row], row, layer, hv,
+                              scratch);
     }
 }
 
@@ -422,6 +441,18 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
                                   "row %u: write_pos %u is beyond the ring (L = %u)", r,
                                   hdr[r].write_pos, p->ring_len);
     }
+    /* Two rows on one slot would race on its memory. */
+    uint32_t dup = UINT32_MAX;
+    for (uint32_t r = 0; r < rows; r++) {
+        if (b->slot_seen[hdr[r].slot])
+            dup = r;
+        b->slot_seen[hdr[r].slot] = 1;
+    }
+    for (uint32_t r = 0; r < rows; r++)
+        b->slot_seen[hdr[r].slot] = 0;
+    if (dup != UINT32_MAX)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "row %u: slot %u is already in this batch",
+                              dup, hdr[dup].slot);
     memcpy(b->header, hdr, rows * sizeof *hdr);
     b->rows = rows;
     run_args a = {

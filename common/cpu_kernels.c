@@ -22,9 +22,16 @@
  * Elementwise loops over K or V are plain loops over contiguous
  * restrict-qualified arrays, which the compiler vectorises. Reductions keep
  * RSSM_LANES independent partial sums added in a fixed order, written with
- * explicit vectors (see "vectors and sums"): nothing is reassociated, so
- * every build (SSE2, AVX, AVX-512, the plain C fallback) gives the same bits.
+ * explicit vectors (see "sums and blocks"): nothing is reassociated, so
+ * every build and variant (SSE2, AVX2, AVX-512, plain C) gives the same bits.
+ *
+ * The file has two parts: the shared scalar code and the dispatch
+ * (RSSM_CPU_KERNELS_BODY undefined), and the body, which depends on the
+ * vector width and which the first part includes once per instruction-set
+ * variant (see "variants").
  */
+#ifndef RSSM_CPU_KERNELS_BODY
+
 /* Two code generation settings this file depends on, pinned here so that a
  * change of build flags cannot undo them:
  * - no FMA contraction: -std=c11 already implies it, but a GNU dialect or a
@@ -36,18 +43,17 @@
  *   floating-point operations, so no loop calling them would vectorise.
  *   Nothing here reads the floating-point flags; no result changes. */
 #if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC optimize("fp-contract=off", "no-trapping-math")
+#pragma GCC optimize("fp-contract=fast", "no-trapping-math")
 #elif defined(__clang__)
-#pragma STDC FP_CONTRACT OFF
+#pragma STDC FP_CONTRACT ON
 #endif
 
 #include "cpu_kernels.h"
 
 #include <math.h>
 #include <string.h>
-#if defined(__F16C__) && !defined(RSSM_CPU_PLAIN_C)
-#define RSSM_F16C 1
-#include <immintrin.h>
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__)) && !defined(RSSM_CPU_PLAIN_C)
+#include <immintrin.h> /* F16C conversions; usable under a target pragma */
 #endif
 
 /* Each scratch array starts on a 64-byte boundary. */
@@ -114,51 +120,7 @@ float rssm_cpu_f16_to_f32(uint16_t h) { return f16_to_f32(h); }
 uint16_t rssm_cpu_f32_to_f16(float f) { return f32_to_f16(f); }
 uint16_t rssm_cpu_f32_to_bf16(float f) { return f32_to_bf16(f); }
 
-/* n elements of dtype `t` (a RSSM_CODE_DTYPE_*) at src, as fp32. */
-static void load_f32(float *restrict dst, const void *restrict src, uint32_t t, uint32_t n)
-{
-    if (t == RSSM_CODE_DTYPE_F16) {
-        const uint16_t *restrict s = src;
-        uint32_t i = 0;
-#if defined(RSSM_F16C)
-        /* the conversion instruction: exact, as f16_to_f32 (NaN payloads aside) */
-        for (; i + 8 <= n; i += 8)
-            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
-#endif
-        for (; i < n; i++)
-            dst[i] = f16_to_f32(s[i]);
-    } else if (t == RSSM_CODE_DTYPE_BF16) {
-        const uint16_t *restrict s = src;
-        for (uint32_t i = 0; i < n; i++)
-            dst[i] = bf16_to_f32(s[i]);
-    } else {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    }
-}
-
-/* n fp32 values stored as dtype `t`, rounding to nearest even. */
-static void store_f32(void *restrict dst, const float *restrict src, uint32_t t, uint32_t n)
-{
-    if (t == RSSM_CODE_DTYPE_F16) {
-        uint16_t *restrict d = dst;
-        uint32_t i = 0;
-#if defined(RSSM_F16C)
-        /* the conversion instruction, round to nearest even: the same bits
-         * as f32_to_f16 except for NaN payloads (a NaN stays a NaN) */
-        for (; i + 8 <= n; i += 8)
-            _mm_storeu_si128((__m128i *)(void *)(d + i),
-                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
-#endif
-        for (; i < n; i++)
-            d[i] = f32_to_f16(src[i]);
-    } else if (t == RSSM_CODE_DTYPE_BF16) {
-        uint16_t *restrict d = dst;
-        for (uint32_t i = 0; i < n; i++)
-            d[i] = f32_to_bf16(src[i]);
-    } else {
-        memcpy(dst, src, (size_t)n * sizeof(float));
-    }
-}
+static size_t dtype_bytes(uint32_t t) { return t == RSSM_CODE_DTYPE_F32 ? 4 : 2; }
 
 /* --------------------------------------------------------------- math */
 
@@ -196,21 +158,199 @@ static float softplus(float x)
 
 static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
-/* ------------------------------------------------------ vectors and sums
+/* ------------------------------------------------------ sums and blocks
  *
  * Every dot product over K keeps RSSM_LANES = 8 partial sums (lane l adds
  * the products of the elements i = l mod 8, in order of i) and adds them in
  * one fixed tree: t_l = s_l + s_(l+4), then (t_0 + t_2) + (t_1 + t_3). The
- * flush updates rows in blocks of 16 columns held in registers.
- *
- * GCC and Clang get this through vector types of the target's width
- * (RSSM_VF floats): their loop vectoriser handles "partial sums" loops badly
- * (it re-vectorises the outer loop with shuffles, 4-5x slower than plain
- * SSE), so the vectors are spelled out. Elsewhere vf is a float and the same
- * loops run lane by lane. Same arithmetic in the same order: every build
- * computes the same bits. Defining RSSM_CPU_PLAIN_C forces the plain loops,
- * so a test build can check that they still agree bit for bit. */
+ * body below computes the partial sums with vectors of whatever width its
+ * variant has; the tree and everything else is the same arithmetic in the
+ * same order, so every variant computes the same bits. */
 #define RSSM_LANES 8u
+/* Checkpoint rows per block of the row pass; V is a multiple of 4. */
+#define RSSM_ROW_BLOCK 4u
+
+/* s[0..8) -> the tree. `tail` (n % 8 == 4: the last four products, else
+ * NULL) is added to lanes 0..3 first, as their last terms. */
+static inline float tree_sum(const float *s, const float *tail)
+{
+    float t[4];
+    for (uint32_t l = 0; l < 4; l++)
+        t[l] = (tail ? s[l] + tail[l] : s[l]) + s[l + 4];
+    return (t[0] + t[2]) + (t[1] + t[3]);
+}
+
+/* ------------------------------------------------------------ scratch */
+
+static size_t round_up(size_t n) { return (n + RSSM_SCRATCH_ALIGN_FLOATS - 1) / RSSM_SCRATCH_ALIGN_FLOATS * RSSM_SCRATCH_ALIGN_FLOATS; }
+
+/* Where each array of one call's scratch lives. */
+typedef struct scratch_map {
+    float *q, *k, *xq, *xk, *aG, *alpha, *g, *v, *d, *o, *rq, *rk;
+    float *s;          /* KDA: running sum of the ring's log-decays */
+    float *row, *rout; /* a block of bf16 checkpoint rows, old and new, as fp32 */
+    float *W;      /* [cap][K] weighted ring keys */
+    float *D;      /* [cap][V] ring d as fp32 (16-bit rings only) */
+    float *cq, *ck; /* [cap] c_j(q), c_j(k) */
+} scratch_map;
+
+static size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_map *m)
+{
+    const size_t K = p->head_k, V = p->head_v, cap = p->ring_cap;
+    size_t at = 0;
+#define TAKE(field, count)                         \
+    do {                                           \
+        if (m)                                     \
+            m->field = base + at;                  \
+        at += round_up(count);                     \
+    } while (0)
+    TAKE(q, K); TAKE(k, K); TAKE(xq, K); TAKE(xk, K); TAKE(aG, K); TAKE(alpha, K);
+    TAKE(g, K); TAKE(s, K);
+    TAKE(row, RSSM_ROW_BLOCK * K); TAKE(rout, RSSM_ROW_BLOCK * K);
+    TAKE(v, V); TAKE(d, V); TAKE(o, V); TAKE(rq, V); TAKE(rk, V);
+    TAKE(W, cap * K); TAKE(D, cap * V);
+    TAKE(cq, cap); TAKE(ck, cap);
+#undef TAKE
+    return at;
+}
+
+size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p) { return scratch_layout(p, NULL, NULL); }
+
+/* The checkpoint is one sequential stream per head (and across the heads of
+ * a work item), which the hardware prefetcher follows best alone: software
+ * prefetching its rows, ahead or at the start of a head, made steps slower.
+ * The ring's small scattered reads are what it cannot predict; requesting
+ * them up front gains a few percent. */
+static inline void prefetch_bytes(const void *p, size_t bytes)
+{
+#if defined(__GNUC__)
+    for (size_t at = 0; at < bytes; at += 64)
+        __builtin_prefetch((const char *)p + at, 0, 3);
+#else
+    (void)p;
+    (void)bytes;
+#endif
+}
+
+/* ============================================================ variants
+ *
+ * The body is compiled for the instruction set of the build flags (the
+ * "baseline": SSE2 on a plain x86-64 build) and, with GCC on x86-64 when the
+ * flags do not already include it, once more for AVX2 + F16C, picked at run
+ * time when the CPU has it: eight-wide vectors and the half-precision
+ * conversion instructions make the ring and the flush about twice as fast,
+ * and a portable binary should not give that up. */
+#define RSSM_CPU_KERNELS_BODY
+#define RSSM_KSUFFIX base
+#include "cpu_kernels.c"
+#undef RSSM_KSUFFIX
+
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && !defined(__AVX2__) && \
+    !defined(RSSM_CPU_PLAIN_C)
+#define RSSM_CPU_AVX2_VARIANT 1
+#pragma GCC push_options
+#pragma GCC target("avx2,fma,f16c")
+#define RSSM_KSUFFIX avx2
+#include "cpu_kernels.c"
+#undef RSSM_KSUFFIX
+#pragma GCC pop_options
+/* The same with AVX-512 registers available: the 32 registers hold q and k
+ * (K = 128) for the whole checkpoint pass (see dot2_block_k128). */
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512vl,avx2,fma,f16c")
+#define RSSM_KSUFFIX avx512
+#include "cpu_kernels.c"
+#undef RSSM_KSUFFIX
+#pragma GCC pop_options
+#else
+#define RSSM_CPU_AVX2_VARIANT 0
+#endif
+
+/* Best first; the baseline last, and always runnable. */
+static const rssm_cpu_variant variants[] = {
+#if RSSM_CPU_AVX2_VARIANT
+    {"avx512", step_head_avx512, variant_isa_avx512},
+    {"avx2", step_head_avx2, variant_isa_avx2},
+#endif
+    {"baseline", step_head_base, variant_isa_base},
+};
+
+static int cpu_runs(const rssm_cpu_variant *v)
+{
+#if RSSM_CPU_AVX2_VARIANT
+    const int avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+                     __builtin_cpu_supports("f16c");
+    if (v->step == step_head_avx512)
+        return avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl");
+    if (v->step == step_head_avx2)
+        return avx2;
+#endif
+    (void)v;
+    return 1;
+}
+
+const rssm_cpu_variant *rssm_cpu_variant_pick(const char *name)
+{
+    for (size_t i = 0; i < sizeof variants / sizeof variants[0]; i++) {
+        const rssm_cpu_variant *v = &variants[i];
+        if ((!name || strcmp(name, v->name) == 0) && cpu_runs(v))
+            return v;
+    }
+    return NULL;
+}
+
+const char *rssm_cpu_variant_names(void)
+{
+#if RSSM_CPU_AVX2_VARIANT
+    return "avx512, avx2, baseline";
+#else
+    return "baseline";
+#endif
+}
+
+void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rssm_cpu_step_io *io,
+                        const rssm_row_header *row, uint32_t row_index, uint32_t layer, uint32_t hv,
+                        float *scratch)
+{
+    rssm_cpu_variant_pick(NULL)->step(p, pool_base, io, row, row_index, layer, hv, scratch);
+}
+
+#else /* RSSM_CPU_KERNELS_BODY: one variant of the body */
+
+/* ================================================================ body
+ *
+ * Everything below depends on the vector width: it is compiled once per
+ * variant, each time with its own names (RSSM_KFN) and, for the AVX2
+ * variant, under `#pragma GCC target`. The aliases keep the code readable. */
+#define RSSM_KCAT2(a, b) a##_##b
+#define RSSM_KCAT(a, b) RSSM_KCAT2(a, b)
+#define RSSM_KFN(name) RSSM_KCAT(name, RSSM_KSUFFIX)
+#define vf RSSM_KFN(vf)
+#define v4 RSSM_KFN(v4)
+#define vload RSSM_KFN(vload)
+#define vstore RSSM_KFN(vstore)
+#define vzero RSSM_KFN(vzero)
+#define load_f32 RSSM_KFN(load_f32)
+#define store_f32 RSSM_KFN(store_f32)
+#define partial_dot RSSM_KFN(partial_dot)
+#define merge_sets RSSM_KFN(merge_sets)
+#define dot RSSM_KFN(dot)
+#define first_level RSSM_KFN(first_level)
+#define last_levels RSSM_KFN(last_levels)
+#define dot2_block RSSM_KFN(dot2_block)
+#define flush_cols RSSM_KFN(flush_cols)
+#define ring_sums RSSM_KFN(ring_sums)
+#define flush_rows RSSM_KFN(flush_rows)
+#define l2_normalise RSSM_KFN(l2_normalise)
+#define step_head RSSM_KFN(step_head)
+#define variant_isa RSSM_KFN(variant_isa)
+
+/* GCC and Clang get the partial sums through vector types of the target's
+ * width (RSSM_VF floats): their loop vectoriser handles "partial sums" loops
+ * badly (it re-vectorises the outer loop with shuffles, 4-5x slower than
+ * plain SSE), so the vectors are spelled out. Elsewhere vf is a float and the
+ * same loops run lane by lane. RSSM_CPU_PLAIN_C forces the plain loops, so a
+ * test build can check that they still agree bit for bit. */
 #if defined(__GNUC__) && !defined(RSSM_CPU_PLAIN_C)
 #define RSSM_VECTOR_EXT 1
 #if defined(__AVX__)
@@ -226,8 +366,12 @@ typedef float v4 __attribute__((vector_size(4 * sizeof(float))));
 typedef float vf;
 #endif
 #define RSSM_NV (RSSM_LANES / RSSM_VF) /* vectors per set of partial sums */
-/* Checkpoint rows per block of the row pass; V is a multiple of 4. */
-#define RSSM_ROW_BLOCK 4u
+
+#if RSSM_VECTOR_EXT && defined(__F16C__)
+#define RSSM_F16C 1
+#else
+#define RSSM_F16C 0
+#endif
 
 static inline vf vload(const float *p)
 {
@@ -238,24 +382,98 @@ static inline vf vload(const float *p)
 
 static inline void vstore(float *p, vf v) { memcpy(p, &v, sizeof v); }
 
-/* s[0..8) -> the tree. `tail` (n % 8 == 4: the last four products, else
- * NULL) is added to lanes 0..3 first, as their last terms. */
-static inline float tree_sum(const float *s, const float *tail)
+/* Zero accumulators are assigned one by one: a memset of an accumulator
+ * array becomes `rep stos` once the array grows past a few vectors, whose
+ * start-up cost per dot product was more than the dot product itself. */
+static inline vf vzero(void)
 {
-    float t[4];
-    for (uint32_t l = 0; l < 4; l++)
-        t[l] = (tail ? s[l] + tail[l] : s[l]) + s[l + 4];
-    return (t[0] + t[2]) + (t[1] + t[3]);
+    vf z;
+    memset(&z, 0, sizeof z);
+    return z;
+}
+
+/* n elements of dtype `t` (a RSSM_CODE_DTYPE_*) at src, as fp32. */
+static void load_f32(float *restrict dst, const void *restrict src, uint32_t t, uint32_t n)
+{
+    if (t == RSSM_CODE_DTYPE_F16) {
+        const uint16_t *restrict s = src;
+        uint32_t i = 0;
+#if RSSM_F16C
+        /* the conversion instruction: exact, as f16_to_f32 (NaN payloads aside) */
+        for (; i + 8 <= n; i += 8)
+            _mm256_storeu_ps(dst + i, _mm256_cvtph_ps(_mm_loadu_si128((const __m128i *)(const void *)(s + i))));
+#endif
+        for (; i < n; i++)
+            dst[i] = f16_to_f32(s[i]);
+    } else if (t == RSSM_CODE_DTYPE_BF16) {
+        const uint16_t *restrict s = src;
+        for (uint32_t i = 0; i < n; i++)
+            dst[i] = bf16_to_f32(s[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+/* n fp32 values stored as dtype `t`, rounding to nearest even. */
+static void store_f32(void *restrict dst, const float *restrict src, uint32_t t, uint32_t n)
+{
+    if (t == RSSM_CODE_DTYPE_F16) {
+        uint16_t *restrict d = dst;
+        uint32_t i = 0;
+#if RSSM_F16C
+        /* the conversion instruction, round to nearest even: the same bits
+         * as f32_to_f16 except for NaN payloads (a NaN stays a NaN) */
+        for (; i + 8 <= n; i += 8)
+            _mm_storeu_si128((__m128i *)(void *)(d + i),
+                             _mm256_cvtps_ph(_mm256_loadu_ps(src + i), _MM_FROUND_TO_NEAREST_INT));
+#endif
+        for (; i < n; i++)
+            d[i] = f32_to_f16(src[i]);
+    } else if (t == RSSM_CODE_DTYPE_BF16) {
+        uint16_t *restrict d = dst;
+        for (uint32_t i = 0; i < n; i++)
+            d[i] = f32_to_bf16(src[i]);
+    } else {
+        memcpy(dst, src, (size_t)n * sizeof(float));
+    }
+}
+
+/* Independent sets of partial sums per dot product: one set (a single
+ * vector with AVX2) is a chain of dependent adds whose latency, not the
+ * loads, bounds the loop; four sets (two with 4-wide vectors, whose sets are
+ * already two vectors) keep both FMA pipes busy. Set t takes the blocks of
+ * RSSM_LANES elements t, t + SETS, ...; the sets are added in a fixed order. */
+#define RSSM_SETS (RSSM_VF >= 8u ? 4u : 2u)
+
+static inline void merge_sets(vf s[RSSM_SETS][RSSM_NV], vf out[RSSM_NV])
+{
+    for (uint32_t u = 0; u < RSSM_NV; u++) {
+#if RSSM_SETS == 4
+        out[u] = (s[0][u] + s[2][u]) + (s[1][u] + s[3][u]);
+#else
+        out[u] = s[0][u] + s[1][u];
+#endif
+    }
 }
 
 /* The partial sums of a . b over the first n & ~7 elements. */
 static inline void partial_dot(const float *restrict a, const float *restrict b, uint32_t n,
                                vf acc[RSSM_NV])
 {
-    memset(acc, 0, RSSM_NV * sizeof(vf));
-    for (uint32_t i = 0; i + RSSM_LANES <= n; i += RSSM_LANES)
+    vf s[RSSM_SETS][RSSM_NV];
+    for (uint32_t t = 0; t < RSSM_SETS; t++)
         for (uint32_t u = 0; u < RSSM_NV; u++)
-            acc[u] += vload(a + i + u * RSSM_VF) * vload(b + i + u * RSSM_VF);
+            s[t][u] = vzero();
+    uint32_t i = 0;
+    for (; i + RSSM_SETS * RSSM_LANES <= n; i += RSSM_SETS * RSSM_LANES)
+        for (uint32_t t = 0; t < RSSM_SETS; t++)
+            for (uint32_t u = 0; u < RSSM_NV; u++)
+                s[t][u] += vload(a + i + t * RSSM_LANES + u * RSSM_VF) *
+                           vload(b + i + t * RSSM_LANES + u * RSSM_VF);
+    for (; i + RSSM_LANES <= n; i += RSSM_LANES)
+        for (uint32_t u = 0; u < RSSM_NV; u++)
+            s[0][u] += vload(a + i + u * RSSM_VF) * vload(b + i + u * RSSM_VF);
+    merge_sets(s, acc);
 }
 
 static inline float dot(const float *restrict a, const float *restrict b, uint32_t n)
@@ -301,62 +519,168 @@ static inline v4 last_levels(v4 t0, v4 t1, v4 t2, v4 t3)
 }
 #endif
 
-/* Rows of a block that share each load of x and y: all four when the
- * accumulators fit the registers (8 AVX registers), else two at a time. */
-#define RSSM_DOT_ROWS (RSSM_NV == 1u ? 4u : 2u)
+#if RSSM_VECTOR_EXT && defined(__AVX512F__)
+/* dot2_block for K = 128 with AVX-512: x and y live in 16 of the 32
+ * registers, so the only loads are the checkpoint's, and the pass is bound by
+ * the FMAs (two per 16 floats of C) instead of by three loads per 8 floats.
+ * Rows are still read one after the other (see dot2_block). */
+typedef float v16 __attribute__((vector_size(64)));
+#define dot2_block_k128 RSSM_KFN(dot2_block_k128)
+static inline void dot2_block_k128(const float *restrict rows, const float *restrict x,
+                                   const float *restrict y, float *sx, float *sy)
+{
+    v16 xr[8], yr[8];
+    for (uint32_t i = 0; i < 8; i++) {
+        memcpy(&xr[i], x + 16 * i, sizeof xr[i]);
+        memcpy(&yr[i], y + 16 * i, sizeof yr[i]);
+    }
+    v4 tx[RSSM_ROW_BLOCK], ty[RSSM_ROW_BLOCK];
+    for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
+        const float *restrict row = rows + (size_t)r * 128;
+        v16 a[2] = {{0}}, b[2] = {{0}};
+        for (uint32_t i = 0; i < 8; i++) {
+            v16 c;
+            memcpy(&c, row + 16 * i, sizeof c);
+            a[i & 1] += c * xr[i];
+            b[i & 1] += c * yr[i];
+        }
+        const v16 sa = a[0] + a[1], sb = b[0] + b[1];
+        const vf ha = __builtin_shufflevector(sa, sa, 0, 1, 2, 3, 4, 5, 6, 7) +
+                      __builtin_shufflevector(sa, sa, 8, 9, 10, 11, 12, 13, 14, 15);
+        const vf hb = __builtin_shufflevector(sb, sb, 0, 1, 2, 3, 4, 5, 6, 7) +
+                      __builtin_shufflevector(sb, sb, 8, 9, 10, 11, 12, 13, 14, 15);
+        tx[r] = first_level(&ha, NULL);
+        ty[r] = first_level(&hb, NULL);
+    }
+    const v4 rx = last_levels(tx[0], tx[1], tx[2], tx[3]);
+    const v4 ry = last_levels(ty[0], ty[1], ty[2], ty[3]);
+    memcpy(sx, &rx, sizeof rx);
+    memcpy(sy, &ry, sizeof ry);
+}
+#endif
 
 /* sx[r] = row_r . x and sy[r] = row_r . y for the RSSM_ROW_BLOCK rows of
- * `rows` (K apart), in one pass over them. */
+ * `rows` (K apart). Each row is read start to end before the next: reading
+ * the rows interleaved (to share the loads of x and y) defeated the hardware
+ * prefetcher and made every step from memory twice as slow. The trees of the
+ * four rows are then finished together, as vectors. */
 static inline void dot2_block(const float *restrict rows, uint32_t K, const float *restrict x,
                               const float *restrict y, float *sx, float *sy)
 {
-    enum { NR = RSSM_DOT_ROWS };
-    const uint32_t main = K & ~(RSSM_LANES - 1), has_tail = main < K;
+#if RSSM_VECTOR_EXT && defined(__AVX512F__)
+    if (K == 128) {
+        dot2_block_k128(rows, x, y, sx, sy);
+        return;
+    }
+#endif
+#if RSSM_VECTOR_EXT && defined(RSSM_EXP_INTERLEAVE)
+    {
+        const float *restrict r0 = rows, *restrict r1 = rows + K, *restrict r2 = rows + 2 * (size_t)K,
+                              *restrict r3 = rows + 3 * (size_t)K;
+        vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
+        vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();
+        uint32_t i = 0;
+        for (; i + RSSM_VF <= K; i += RSSM_VF) {
+            const vf xv = vload(x + i), yv = vload(y + i);
+            vf c = vload(r0 + i);
+            a0 += c * xv; b0 += c * yv;
+            c = vload(r1 + i);
+            a1 += c * xv; b1 += c * yv;
+            c = vload(r2 + i);
+            a2 += c * xv; b2 += c * yv;
+            c = vload(r3 + i);
+            a3 += c * xv; b3 += c * yv;
+        }
+#if RSSM_VF == 8
+        v4 h[8] = {
+            __builtin_shufflevector(a0, a0, 0, 1, 2, 3) + __builtin_shufflevector(a0, a0, 4, 5, 6, 7),
+            __builtin_shufflevector(a1, a1, 0, 1, 2, 3) + __builtin_shufflevector(a1, a1, 4, 5, 6, 7),
+            __builtin_shufflevector(a2, a2, 0, 1, 2, 3) + __builtin_shufflevector(a2, a2, 4, 5, 6, 7),
+            __builtin_shufflevector(a3, a3, 0, 1, 2, 3) + __builtin_shufflevector(a3, a3, 4, 5, 6, 7),
+            __builtin_shufflevector(b0, b0, 0, 1, 2, 3) + __builtin_shufflevector(b0, b0, 4, 5, 6, 7),
+            __builtin_shufflevector(b1, b1, 0, 1, 2, 3) + __builtin_shufflevector(b1, b1, 4, 5, 6, 7),
+            __builtin_shufflevector(b2, b2, 0, 1, 2, 3) + __builtin_shufflevector(b2, b2, 4, 5, 6, 7),
+            __builtin_shufflevector(b3, b3, 0, 1, 2, 3) + __builtin_shufflevector(b3, b3, 4, 5, 6, 7),
+        };
+        if (i < K) { /* K % 8 == 4 */
+            v4 xt, yt, c;
+            memcpy(&xt, x + i, sizeof xt);
+            memcpy(&yt, y + i, sizeof yt);
+            const float *rr[4] = {r0, r1, r2, r3};
+            for (uint32_t r = 0; r < 4; r++) {
+                memcpy(&c, rr[r] + i, sizeof c);
+                h[r] += c * xt;
+                h[4 + r] += c * yt;
+            }
+        }
+#else
+        v4 h[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
+#endif
+        const v4 rx = last_levels(h[0], h[1], h[2], h[3]);
+        const v4 ry = last_levels(h[4], h[5], h[6], h[7]);
+        memcpy(sx, &rx, sizeof rx);
+        memcpy(sy, &ry, sizeof ry);
+        return;
+    }
+#endif
+    const uint32_t body = K & ~(RSSM_LANES - 1), has_tail = body < K; /* K % 8 is 0 or 4 */
 #if RSSM_VECTOR_EXT
     v4 tx[RSSM_ROW_BLOCK], ty[RSSM_ROW_BLOCK];
     v4 tail_x = {0}, tail_y = {0};
     if (has_tail) {
-        memcpy(&tail_x, x + main, sizeof tail_x);
-        memcpy(&tail_y, y + main, sizeof tail_y);
+        memcpy(&tail_x, x + body, sizeof tail_x);
+        memcpy(&tail_y, y + body, sizeof tail_y);
     }
 #endif
-    for (uint32_t r0 = 0; r0 < RSSM_ROW_BLOCK; r0 += NR) {
-        vf ax[NR][RSSM_NV], ay[NR][RSSM_NV];
-        memset(ax, 0, sizeof ax);
-        memset(ay, 0, sizeof ay);
-        for (uint32_t i = 0; i < main; i += RSSM_LANES) {
+    for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
+        const float *restrict row = rows + (size_t)r * K;
+        vf sx_[RSSM_SETS][RSSM_NV], sy_[RSSM_SETS][RSSM_NV], ax[RSSM_NV], ay[RSSM_NV];
+        for (uint32_t t = 0; t < RSSM_SETS; t++) {
             for (uint32_t u = 0; u < RSSM_NV; u++) {
-                const vf xv = vload(x + i + u * RSSM_VF), yv = vload(y + i + u * RSSM_VF);
-                for (uint32_t r = 0; r < NR; r++) {
-                    const vf rv = vload(rows + (size_t)(r0 + r) * K + i + u * RSSM_VF);
-                    ax[r][u] += rv * xv;
-                    ay[r][u] += rv * yv;
+                sx_[t][u] = vzero();
+                sy_[t][u] = vzero();
+            }
+        }
+        uint32_t i = 0;
+        for (; i + RSSM_SETS * RSSM_LANES <= body; i += RSSM_SETS * RSSM_LANES) {
+            for (uint32_t t = 0; t < RSSM_SETS; t++) {
+                for (uint32_t u = 0; u < RSSM_NV; u++) {
+                    const uint32_t at = i + t * RSSM_LANES + u * RSSM_VF;
+                    const vf rv = vload(row + at);
+                    sx_[t][u] += rv * vload(x + at);
+                    sy_[t][u] += rv * vload(y + at);
                 }
             }
         }
-        for (uint32_t r = 0; r < NR; r++) {
-            const float *row = rows + (size_t)(r0 + r) * K;
-#if RSSM_VECTOR_EXT
-            v4 rt = {0}, px = {0}, py = {0};
-            if (has_tail) {
-                memcpy(&rt, row + main, sizeof rt);
-                px = rt * tail_x;
-                py = rt * tail_y;
+        for (; i < body; i += RSSM_LANES) {
+            for (uint32_t u = 0; u < RSSM_NV; u++) {
+                const vf rv = vload(row + i + u * RSSM_VF);
+                sx_[0][u] += rv * vload(x + i + u * RSSM_VF);
+                sy_[0][u] += rv * vload(y + i + u * RSSM_VF);
             }
-            tx[r0 + r] = first_level(ax[r], has_tail ? &px : NULL);
-            ty[r0 + r] = first_level(ay[r], has_tail ? &py : NULL);
-#else
-            float s[RSSM_LANES], tail[4];
-            memcpy(s, ax[r], sizeof s);
-            for (uint32_t l = 0; has_tail && l < 4; l++)
-                tail[l] = row[main + l] * x[main + l];
-            sx[r0 + r] = tree_sum(s, has_tail ? tail : NULL);
-            memcpy(s, ay[r], sizeof s);
-            for (uint32_t l = 0; has_tail && l < 4; l++)
-                tail[l] = row[main + l] * y[main + l];
-            sy[r0 + r] = tree_sum(s, has_tail ? tail : NULL);
-#endif
         }
+        merge_sets(sx_, ax);
+        merge_sets(sy_, ay);
+#if RSSM_VECTOR_EXT
+        v4 rt = {0}, px = {0}, py = {0};
+        if (has_tail) {
+            memcpy(&rt, row + body, sizeof rt);
+            px = rt * tail_x;
+            py = rt * tail_y;
+        }
+        tx[r] = first_level(ax, has_tail ? &px : NULL);
+        ty[r] = first_level(ay, has_tail ? &py : NULL);
+#else
+        float s[RSSM_LANES], tail[4];
+        memcpy(s, ax, sizeof s);
+        for (uint32_t l = 0; has_tail && l < 4; l++)
+            tail[l] = row[body + l] * x[body + l];
+        sx[r] = tree_sum(s, has_tail ? tail : NULL);
+        memcpy(s, ay, sizeof s);
+        for (uint32_t l = 0; has_tail && l < 4; l++)
+            tail[l] = row[body + l] * y[body + l];
+        sy[r] = tree_sum(s, has_tail ? tail : NULL);
+#endif
     }
 #if RSSM_VECTOR_EXT
     const v4 rx = last_levels(tx[0], tx[1], tx[2], tx[3]);
@@ -366,46 +690,100 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
 #endif
 }
 
-/* Rows updated together by the flush: each W_j block loaded serves this
- * many rows, and the RSSM_FLUSH_ROWS x 16 accumulators stay in registers
- * (8 of them on SSE and on AVX). */
+/* The ring's part of S̄q and S̄k for every value row:
+ *   rq[v] = sum_j d_j[v] c_j(q),  rk[v] = sum_j d_j[v] c_j(k)  (j ascending)
+ * a block of columns held in registers across the n entries (rather than
+ * reading and writing rq, rk once per entry). */
+#define RSSM_RING_NV 4u /* vectors per block, for each of rq and rk */
+static void ring_sums(float *restrict rq, float *restrict rk, const float *restrict D, uint32_t V,
+                      uint32_t n, const float *restrict cq, const float *restrict ck)
+{
+    uint32_t v = 0;
+    for (; v + RSSM_RING_NV * RSSM_VF <= V; v += RSSM_RING_NV * RSSM_VF) {
+        vf aq[RSSM_RING_NV], ak[RSSM_RING_NV];
+        for (uint32_t u = 0; u < RSSM_RING_NV; u++)
+            aq[u] = ak[u] = vzero();
+        for (uint32_t j = 0; j < n; j++) {
+            const float cqj = cq[j], ckj = ck[j];
+            for (uint32_t u = 0; u < RSSM_RING_NV; u++) {
+                const vf dv = vload(D + (size_t)j * V + v + u * RSSM_VF);
+                aq[u] += dv * cqj;
+                ak[u] += dv * ckj;
+            }
+        }
+        for (uint32_t u = 0; u < RSSM_RING_NV; u++) {
+            vstore(rq + v + u * RSSM_VF, aq[u]);
+            vstore(rk + v + u * RSSM_VF, ak[u]);
+        }
+    }
+    for (; v < V; v++) {
+        float aq = 0.0f, ak = 0.0f;
+        for (uint32_t j = 0; j < n; j++) {
+            aq += D[(size_t)j * V + v] * cq[j];
+            ak += D[(size_t)j * V + v] * ck[j];
+        }
+        rq[v] = aq;
+        rk[v] = ak;
+    }
+}
+
+/* The flush's block: RSSM_FLUSH_ROWS rows x RSSM_FLUSH_COLS columns of
+ * accumulators held in registers while the n ring terms are added; each W_j
+ * load serves all the rows, each d_j[v] broadcast all the columns. 8 SSE or
+ * AVX registers hold 2x16 or 4x16; with AVX-512's 32 registers 4x32 (16 of
+ * them) leaves the loop bound by arithmetic rather than loads. */
 #define RSSM_FLUSH_ROWS (RSSM_VF >= 8u ? 4u : 2u)
+#if defined(__AVX512F__) && RSSM_VF == 8
+#define RSSM_FLUSH_COLS 32u
+#else
 #define RSSM_FLUSH_COLS 16u
-#define RSSM_FLUSH_NV (RSSM_FLUSH_COLS / RSSM_VF)
+#endif
+
+/* Columns [c, c + nv * RSSM_VF) of RSSM_FLUSH_ROWS rows of the new
+ * checkpoint; nv is a constant at each call site, so acc is registers. */
+static inline void flush_cols(float *out, const float *crow, const float *restrict aG,
+                              const float *restrict W, const float *restrict dcol, uint32_t dstride,
+                              uint32_t n, uint32_t K, const float *restrict dv,
+                              const float *restrict k, uint32_t c, uint32_t nv)
+{
+    enum { RB = RSSM_FLUSH_ROWS };
+    vf acc[RB][RSSM_FLUSH_COLS / RSSM_VF];
+    for (uint32_t r = 0; r < RB; r++)
+        for (uint32_t u = 0; u < nv; u++)
+            acc[r][u] = vload(crow + (size_t)r * K + c + u * RSSM_VF) * vload(aG + c + u * RSSM_VF);
+    for (uint32_t j = 0; j < n; j++) {
+        const float *restrict w = W + (size_t)j * K + c;
+        const float *restrict dj = dcol + (size_t)j * dstride;
+        vf wv[RSSM_FLUSH_COLS / RSSM_VF];
+        for (uint32_t u = 0; u < nv; u++)
+            wv[u] = vload(w + u * RSSM_VF);
+        for (uint32_t r = 0; r < RB; r++)
+            for (uint32_t u = 0; u < nv; u++)
+                acc[r][u] += wv[u] * dj[r];
+    }
+    for (uint32_t r = 0; r < RB; r++)
+        for (uint32_t u = 0; u < nv; u++)
+            vstore(out + (size_t)r * K + c + u * RSSM_VF, acc[r][u] + vload(k + c + u * RSSM_VF) * dv[r]);
+}
 
 /* RSSM_FLUSH_ROWS rows of the new checkpoint (fp32, rows K apart):
  *   out_r = crow_r*aG + sum_j dcol[j*dstride + r] W_j + dv[r]*k
- * 16 columns at a time, held in registers across the n ring terms.
- * out may be crow (an fp32 checkpoint is updated in place): each block is
- * read whole before any of it is written, so out and crow are not restrict. */
+ * in blocks of RSSM_FLUSH_COLS columns, then one vector, then single
+ * columns (K is a multiple of 4), every column with the same operations in
+ * the same order. out may be crow (an fp32 checkpoint is updated in place):
+ * each block is read whole before any of it is written, so out and crow are
+ * not restrict. */
 static void flush_rows(float *out, const float *crow, const float *restrict aG,
                        const float *restrict W, const float *restrict dcol, uint32_t dstride,
                        uint32_t n, uint32_t K, const float *restrict dv, const float *restrict k)
 {
-    enum { RB = RSSM_FLUSH_ROWS };
     uint32_t c = 0;
-    for (; c + RSSM_FLUSH_COLS <= K; c += RSSM_FLUSH_COLS) {
-        vf acc[RB][RSSM_FLUSH_NV];
-        for (uint32_t r = 0; r < RB; r++)
-            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
-                acc[r][u] = vload(crow + (size_t)r * K + c + u * RSSM_VF) * vload(aG + c + u * RSSM_VF);
-        for (uint32_t j = 0; j < n; j++) {
-            const float *restrict w = W + (size_t)j * K + c;
-            const float *restrict dj = dcol + (size_t)j * dstride;
-            vf wv[RSSM_FLUSH_NV];
-            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
-                wv[u] = vload(w + u * RSSM_VF);
-            for (uint32_t r = 0; r < RB; r++)
-                for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
-                    acc[r][u] += wv[u] * dj[r];
-        }
-        for (uint32_t r = 0; r < RB; r++)
-            for (uint32_t u = 0; u < RSSM_FLUSH_NV; u++)
-                vstore(out + (size_t)r * K + c + u * RSSM_VF, acc[r][u] + vload(k + c + u * RSSM_VF) * dv[r]);
-    }
-    /* the last K % 16 columns, the same operations one at a time */
+    for (; c + RSSM_FLUSH_COLS <= K; c += RSSM_FLUSH_COLS)
+        flush_cols(out, crow, aG, W, dcol, dstride, n, K, dv, k, c, RSSM_FLUSH_COLS / RSSM_VF);
+    for (; c + RSSM_VF <= K; c += RSSM_VF)
+        flush_cols(out, crow, aG, W, dcol, dstride, n, K, dv, k, c, 1);
     for (; c < K; c++) {
-        for (uint32_t r = 0; r < RB; r++) {
+        for (uint32_t r = 0; r < RSSM_FLUSH_ROWS; r++) {
             float acc = crow[(size_t)r * K + c] * aG[c];
             for (uint32_t j = 0; j < n; j++)
                 acc += W[(size_t)j * K + c] * dcol[(size_t)j * dstride + r];
@@ -413,64 +791,6 @@ static void flush_rows(float *out, const float *crow, const float *restrict aG,
         }
     }
 }
-
-/* ------------------------------------------------------------ scratch */
-
-static size_t round_up(size_t n) { return (n + RSSM_SCRATCH_ALIGN_FLOATS - 1) / RSSM_SCRATCH_ALIGN_FLOATS * RSSM_SCRATCH_ALIGN_FLOATS; }
-
-/* Where each array of one call's scratch lives. */
-typedef struct scratch_map {
-    float *q, *k, *xq, *xk, *aG, *alpha, *g, *v, *d, *o, *rq, *rk;
-    float *s;          /* KDA: running sum of the ring's log-decays */
-    float *row, *rout; /* a block of bf16 checkpoint rows, old and new, as fp32 */
-    float *W;      /* [cap][K] weighted ring keys */
-    float *D;      /* [cap][V] ring d as fp32 (16-bit rings only) */
-    float *cq, *ck; /* [cap] c_j(q), c_j(k) */
-} scratch_map;
-
-static size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_map *m)
-{
-    const size_t K = p->head_k, V = p->head_v, cap = p->ring_cap;
-    size_t at = 0;
-#define TAKE(field, count)                         \
-    do {                                           \
-        if (m)                                     \
-            m->field = base + at;                  \
-        at += round_up(count);                     \
-    } while (0)
-    TAKE(q, K); TAKE(k, K); TAKE(xq, K); TAKE(xk, K); TAKE(aG, K); TAKE(alpha, K);
-    TAKE(g, K); TAKE(s, K);
-    TAKE(row, RSSM_ROW_BLOCK * K); TAKE(rout, RSSM_ROW_BLOCK * K);
-    TAKE(v, V); TAKE(d, V); TAKE(o, V); TAKE(rq, V); TAKE(rk, V);
-    TAKE(W, cap * K); TAKE(D, cap * V);
-    TAKE(cq, cap); TAKE(ck, cap);
-#undef TAKE
-    return at;
-}
-
-size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p) { return scratch_layout(p, NULL, NULL); }
-
-/* -------------------------------------------------------------- the step */
-
-/* The checkpoint is one sequential stream per head, which the hardware
- * prefetcher follows best alone: software prefetching its rows ahead made
- * every step 15-25% slower. What it cannot guess is the ring and the first
- * rows, needed after the input and gate math: those are requested up front.
- * Rows of the checkpoint requested up front: */
-#define RSSM_PREFETCH_ROWS 8u
-
-static inline void prefetch_bytes(const void *p, size_t bytes)
-{
-#if defined(__GNUC__)
-    for (size_t at = 0; at < bytes; at += 64)
-        __builtin_prefetch((const char *)p + at, 0, 3);
-#else
-    (void)p;
-    (void)bytes;
-#endif
-}
-
-static size_t dtype_bytes(uint32_t t) { return t == RSSM_CODE_DTYPE_F32 ? 4 : 2; }
 
 /* x <- x / sqrt(sum x^2 + eps) */
 static void l2_normalise(float *restrict x, uint32_t n)
@@ -480,9 +800,9 @@ static void l2_normalise(float *restrict x, uint32_t n)
         x[i] = x[i] / norm;
 }
 
-void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
-                        const rssm_cpu_step_io *io, const rssm_row_header *row,
-                        uint32_t row_index, uint32_t layer, uint32_t hv, float *scratch)
+static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rssm_cpu_step_io *io,
+                      const rssm_row_header *row, uint32_t row_index, uint32_t layer, uint32_t hv,
+                      float *scratch)
 {
     const uint32_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
     const uint32_t group = HV / H, h = hv / group;
@@ -505,11 +825,9 @@ void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
     uint8_t *ring_k = lb + p->ring_k_offset + (size_t)h * cap * K * ring_size;
     float *ring_g = (float *)(void *)(lb + p->ring_g_offset) + (size_t)hv * cap * gw;
 
-    /* The ring entries are scattered small reads the hardware prefetcher
-     * does not predict. Request them now, and those of the next value head
-     * (the caller's next item, usually), which then arrive during this
-     * whole step; also the first checkpoint rows, needed after the input
-     * and gate math. */
+    /* Request this head's committed ring entries now, used after the input
+     * and gate math, and those of the next value head (usually the caller's
+     * next item), which then have this whole step to arrive. */
     prefetch_bytes(ring_d, (size_t)n * V * ring_size);
     prefetch_bytes(ring_k, (size_t)n * K * ring_size);
     prefetch_bytes(ring_g, (size_t)n * gw * sizeof(float));
@@ -519,7 +837,6 @@ void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
             prefetch_bytes(ring_k + (size_t)cap * K * ring_size, (size_t)n * K * ring_size);
         prefetch_bytes(ring_g + (size_t)cap * gw, (size_t)n * gw * sizeof(float));
     }
-    prefetch_bytes(ckpt, (size_t)RSSM_PREFETCH_ROWS * K * dtype_bytes(p->state_dtype));
 
     /* 1. inputs */
     float *restrict q = s.q, *restrict k = s.k;
@@ -588,9 +905,14 @@ void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
         s.xq[c] = aG[c] * q[c];
         s.xk[c] = aG[c] * k[c];
     }
-    for (uint32_t j = 0; j < n; j++) {
-        s.cq[j] = dot(W + (size_t)j * K, q, K);
-        s.ck[j] = dot(W + (size_t)j * K, k, K);
+    /* c_j(q) = W_j . q and c_j(k) = W_j . k, four entries at a time (the same
+     * sums as dot(), with the trees of four finished together) */
+    uint32_t j4 = 0;
+    for (; j4 + RSSM_ROW_BLOCK <= n; j4 += RSSM_ROW_BLOCK)
+        dot2_block(W + (size_t)j4 * K, K, q, k, s.cq + j4, s.ck + j4);
+    for (; j4 < n; j4++) {
+        s.cq[j4] = dot(W + (size_t)j4 * K, q, K);
+        s.ck[j4] = dot(W + (size_t)j4 * K, k, K);
     }
     const float kq = dot(k, q, K);
 
@@ -604,16 +926,7 @@ void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
         D = s.D;
     }
     float *restrict rq = s.rq, *restrict rk = s.rk;
-    for (uint32_t v = 0; v < V; v++)
-        rq[v] = rk[v] = 0.0f;
-    for (uint32_t j = 0; j < n; j++) {
-        const float *restrict dj = D + (size_t)j * V;
-        const float cqj = s.cq[j], ckj = s.ck[j];
-        for (uint32_t v = 0; v < V; v++) {
-            rq[v] += dj[v] * cqj;
-            rk[v] += dj[v] * ckj;
-        }
-    }
+    ring_sums(rq, rk, D, V, n, s.cq, s.ck);
 
     /* 4. one pass over the checkpoint rows, RSSM_ROW_BLOCK at a time */
     const int bf16_state = p->state_dtype == RSSM_CODE_DTYPE_BF16;
@@ -658,22 +971,18 @@ void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
     store_f32((uint8_t *)io->out + (br * HV + hv) * V * io_size, o, p->io_dtype, V);
 }
 
-#if defined(RSSM_F16C)
-#define RSSM_ISA_F16C "+f16c"
-#else
-#define RSSM_ISA_F16C ""
-#endif
 
-const char *rssm_cpu_kernels_isa(void)
+/* The name the describe string shows for this variant. */
+static const char *variant_isa(void)
 {
 #if !RSSM_VECTOR_EXT
     return "plain C";
 #elif defined(__AVX512F__)
-    return "avx512" RSSM_ISA_F16C;
+    return RSSM_F16C ? "avx512+f16c" : "avx512";
 #elif defined(__AVX2__)
-    return "avx2" RSSM_ISA_F16C;
+    return RSSM_F16C ? "avx2+f16c" : "avx2";
 #elif defined(__AVX__)
-    return "avx" RSSM_ISA_F16C;
+    return RSSM_F16C ? "avx+f16c" : "avx";
 #elif defined(__SSE2__)
     return "sse2";
 #elif defined(__ARM_NEON)
@@ -682,3 +991,37 @@ const char *rssm_cpu_kernels_isa(void)
     return "generic vectors";
 #endif
 }
+
+#undef RSSM_VECTOR_EXT
+#undef RSSM_VF
+#undef RSSM_NV
+#undef RSSM_F16C
+#undef RSSM_FLUSH_ROWS
+#undef RSSM_FLUSH_COLS
+#undef vf
+#undef v4
+#undef vload
+#undef vstore
+#undef vzero
+#undef load_f32
+#undef store_f32
+#undef partial_dot
+#undef merge_sets
+#undef RSSM_SETS
+#undef dot
+#undef first_level
+#undef last_levels
+#undef dot2_block
+#undef dot2_block_k128
+#undef flush_cols
+#undef ring_sums
+#undef RSSM_RING_NV
+#undef flush_rows
+#undef l2_normalise
+#undef step_head
+#undef variant_isa
+#undef RSSM_KFN
+#undef RSSM_KCAT
+#undef RSSM_KCAT2
+
+#endif /* RSSM_CPU_KERNELS_BODY */

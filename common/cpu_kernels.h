@@ -10,9 +10,10 @@
  *
  * All memory is in the canonical layouts of rssm_layout.h; everything constant
  * comes from rssm_kernel_params, everything per step from the row header.
- * The library is built with -std=c11, so the compiler never contracts a*b+c
- * into an FMA: the operation order written in cpu_kernels.c is the one that
- * runs, whatever vector width the compiler picks.
+ * The compiler never contracts a*b+c into an FMA here (-std=c11, and
+ * cpu_kernels.c pins it): the operation order written in cpu_kernels.c is the
+ * one that runs, whatever the vector width, so every build and variant gives
+ * the same bits (checked for SSE2, AVX2, AVX-512 and plain C, GCC and Clang).
  */
 #ifndef RSSM_CPU_KERNELS_H
 #define RSSM_CPU_KERNELS_H
@@ -45,9 +46,29 @@ size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p);
  * row->write_pos <= p->ring_cap (0 without replay). Calls for distinct
  * (row, hv) of one step may run concurrently: they write disjoint memory and
  * read no ring entry another call writes. */
-void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base,
-                        const rssm_cpu_step_io *io, const rssm_row_header *row,
-                        uint32_t row_index, uint32_t layer, uint32_t hv, float *scratch);
+typedef void rssm_cpu_step_fn(const rssm_kernel_params *p, uint8_t *pool_base,
+                              const rssm_cpu_step_io *io, const rssm_row_header *row,
+                              uint32_t row_index, uint32_t layer, uint32_t hv, float *scratch);
+
+/* The step with the best variant this CPU runs (see below). */
+rssm_cpu_step_fn rssm_cpu_step_head;
+
+/* The step is compiled for the build's target flags ("baseline") and, on
+ * x86-64 builds whose flags lack AVX2, also for AVX2 + F16C ("avx2+f16c"),
+ * used when the CPU has it. Every variant computes the same bits; wider
+ * ones are faster. */
+typedef struct rssm_cpu_variant {
+    const char *name;                /* "avx2+f16c", "baseline" */
+    rssm_cpu_step_fn *step;
+    const char *(*isa)(void);        /* what it was compiled for: "sse2", "avx512+f16c", ... */
+} rssm_cpu_variant;
+
+/* The variant called `name`, or the best one when name is NULL; NULL when
+ * there is no such variant or this CPU cannot run it. */
+const rssm_cpu_variant *rssm_cpu_variant_pick(const char *name);
+
+/* The names rssm_cpu_variant_pick knows, for messages: "avx2+f16c, baseline". */
+const char *rssm_cpu_variant_names(void);
 
 /* Bit-exact, branch-free (hence vectorisable) versions of the conversions of
  * dtype.h, exported so the tests can check them against dtype.h on every
@@ -60,11 +81,5 @@ uint16_t rssm_cpu_f32_to_bf16(float f);
  * goes through it. exp(0) is exactly 1; NaN propagates; x below -87 gives
  * exp(-87). */
 float rssm_cpu_expf(float x);
-
-/* The vector instructions this build's kernels were compiled for, as a
- * short string ("sse2", "avx2+f16c", "avx512+f16c", "plain C", ...): they
- * follow the compiler's target flags (-march). Every variant computes the
- * same bits; wider ones are faster. */
-const char *rssm_cpu_kernels_isa(void);
 
 #endif /* RSSM_CPU_KERNELS_H */

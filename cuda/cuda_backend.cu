@@ -47,6 +47,7 @@ struct CudaBatch {
     size_t header_bytes;
     void *q, *k, *v, *out;
     float *gate, *beta, *A_log, *dt_bias;
+    float *scratch;           /* the stream kernel's coefficients, or NULL */
     size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -221,6 +222,7 @@ void batch_free(CudaBatch *b)
     cudaFree(b->beta);
     cudaFree(b->A_log);
     cudaFree(b->dt_bias);
+    cudaFree(b->scratch);
     free(b);
 }
 
@@ -276,7 +278,17 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     b->buf.out = b->out;
 
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
+    /* RSSM_CUDA_KERNEL=pipeline forces the general kernel: for A/B checks of
+     * the stream kernels (the H200 run's conformance runs both). */
+    const char *force = getenv("RSSM_CUDA_KERNEL");
+    if (force && strcmp(force, "pipeline") == 0)
+        b->plan.kernel = RSSM_CUDA_KERNEL_PIPELINE;
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
+    const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
+    if (scratch) {
+        CK(cudaMalloc(reinterpret_cast<void **>(&b->scratch), scratch));
+        b->buf.scratch = b->scratch;
+    }
     /* Warm-up outside capture: loads the module, checks the launch shape. */
     for (uint32_t l = 0; l < p.layers; ++l)
         CK(rssm_cuda_launch_layer(&p, &b->buf, &b->plan, l, c->stream));

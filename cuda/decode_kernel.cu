@@ -3,14 +3,22 @@
  * storage types, that runs both the packed decode (no ring: every step is a
  * flush with n = 0) and the ReplaySSM decode with the factored readout
  * (DESIGN.md §1). The semantics are those of the team brief, step by step.
+ * Models with rings of up to 16 entries (packed ones included) are planned
+ * onto the stream kernels of stream_kernel.cu instead; this one runs longer
+ * rings, and any model whose plan is switched back to it (the benchmark
+ * does, to compare the two).
  *
- * Work split. A work item is 16*W value rows (W warps) of one (batch row,
- * value head). Persistent CTAs walk the items round-robin and keep `stages`
- * items' loads in flight: while item i is computed, the checkpoint tiles,
- * ring entries and inputs of items i+1 .. i+S-1 are on their way into
- * shared memory by cp.async (16-byte copies where alignment allows). A
- * one-shot CTA per item would sit idle for a whole memory round trip per
- * item; here the memory system sees a steady stream.
+ * Work split. A work item is 16*W value rows (W <= 4 warps) of one (batch
+ * row, value head). Persistent CTAs walk the items round-robin and keep
+ * `stages` items' loads in flight: while item i is computed, the checkpoint
+ * tiles, ring entries and inputs of items i+1 .. i+S-1 are on their way into
+ * shared memory by cp.async (16-byte copies where alignment allows). The
+ * plan favours resident CTAs over stages (4 CTAs of 4 warps per SM, then as
+ * many stages as the shared memory leaves): on the H200 that measured
+ * better than deeper pipelines in fewer CTAs, because the per-item
+ * arithmetic and barriers, not the loads, are what must be overlapped
+ * (bench/results/h200_notes.md). A first version with one-shot CTAs (one
+ * item each) reached only ~48% of copy bandwidth on the packed decode.
  *
  * Within an item each warp owns a 16-row tile of the checkpoint C (16 x K,
  * K <= 128) in the layout of an m16n8 MMA accumulator: lane (g = lane/4,
@@ -22,12 +30,13 @@
  * registers: a flush reads C once and writes it once, as a packed step does.
  *
  * An item, after its data has landed:
- *   A. q and k normalised (each warp for itself), the gate, alpha, beta;
- *      k and g appended to the ring if this is not a flush;
- *   B. the ring walked newest to oldest (fp32): gamma_j, Gamma, and
- *      kg_j = k_j * gamma_j * alpha, once per item, not per row;
- *   C. the 2n coefficients c_j(q), c_j(k) (dot products over K) and k.q;
- *   D. per row: Sbar x = C (alpha Gamma x) + sum_j d_j c_j(x), d, o; then
+ *   A. q and k normalised and k.q (each warp for itself, no barrier); per
+ *      channel the gate, and the ring walked newest to oldest (fp32):
+ *      gamma_j, Gamma, kg_j = k_j * gamma_j * alpha, once per item, not per
+ *      row; k and g appended to the ring if this is not a flush;
+ *   B. the 2n coefficients c_j(q), c_j(k) (dot products over K), only when
+ *      the ring is not empty;
+ *   C. per row: Sbar x = C (alpha Gamma x) + sum_j d_j c_j(x), d, o; then
  *      either append d to the ring, or C' = C alpha Gamma + d k^T +
  *      sum_j d_j kg_j^T: the ring part on tensor cores for 16-bit rings
  *      (d_j is exact in the ring dtype; kg as hi + lo keeps ~fp32 accuracy)
@@ -41,89 +50,11 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "kernel_common.cuh"
+
 namespace {
 
-/* ------------------------------------------------------------ storage */
-
-constexpr int kF32 = RSSM_CODE_DTYPE_F32;
-constexpr int kF16 = RSSM_CODE_DTYPE_F16;
-constexpr int kBF16 = RSSM_CODE_DTYPE_BF16;
-
-template <int DT> struct Raw { using T = uint16_t; };
-template <> struct Raw<kF32> { using T = float; };
-
-template <int BYTES> struct VecOf;
-template <> struct VecOf<16> { using T = uint4; };
-template <> struct VecOf<8> { using T = uint2; };
-
-__device__ __forceinline__ float bf16_to_f(uint32_t h) { return __uint_as_float(h << 16); }
-__device__ __forceinline__ float f16_to_f(uint32_t h)
-{
-    return __half2float(__ushort_as_half((unsigned short)h));
-}
-__device__ __forceinline__ uint16_t f_to_bf16(float f) { return __bfloat16_as_ushort(__float2bfloat16_rn(f)); }
-__device__ __forceinline__ uint16_t f_to_f16(float f) { return __half_as_ushort(__float2half_rn(f)); }
-
-template <int DT> __device__ __forceinline__ float to_f(typename Raw<DT>::T x);
-template <> __device__ __forceinline__ float to_f<kF32>(float x) { return x; }
-template <> __device__ __forceinline__ float to_f<kF16>(uint16_t x) { return f16_to_f(x); }
-template <> __device__ __forceinline__ float to_f<kBF16>(uint16_t x) { return bf16_to_f(x); }
-
-template <int DT> __device__ __forceinline__ typename Raw<DT>::T from_f(float x);
-template <> __device__ __forceinline__ float from_f<kF32>(float x) { return x; }
-template <> __device__ __forceinline__ uint16_t from_f<kF16>(float x) { return f_to_f16(x); }
-template <> __device__ __forceinline__ uint16_t from_f<kBF16>(float x) { return f_to_bf16(x); }
-
-/* A 16- or 8-byte vector of CPT checkpoint values, to and from fp32. */
-template <int ST, int CPT> struct StateVec {
-    using T = typename VecOf<CPT * (ST == kF32 ? 4 : 2)>::T;
-    static __device__ __forceinline__ void unpack(const T &x, float *f)
-    {
-        const uint32_t *w = reinterpret_cast<const uint32_t *>(&x);
-#pragma unroll
-        for (int i = 0; i < CPT; ++i) {
-            if (ST == kF32)
-                f[i] = __uint_as_float(w[i]);
-            else
-                f[i] = bf16_to_f((w[i / 2] >> (16 * (i % 2))) & 0xffffu);
-        }
-    }
-    static __device__ __forceinline__ T pack(const float *f)
-    {
-        T x;
-        uint32_t *w = reinterpret_cast<uint32_t *>(&x);
-#pragma unroll
-        for (int i = 0; i < CPT; ++i) {
-            if (ST == kF32)
-                w[i] = __float_as_uint(f[i]);
-            else if (i % 2 == 0)
-                w[i / 2] = f_to_bf16(f[i]);
-            else
-                w[i / 2] |= (uint32_t)f_to_bf16(f[i]) << 16;
-        }
-        return x;
-    }
-};
-
-__device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
-{
-    return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];
-}
-
-__device__ __forceinline__ void store_io(void *p, size_t i, bool bf16, float x)
-{
-    if (bf16)
-        static_cast<uint16_t *>(p)[i] = f_to_bf16(x);
-    else
-        static_cast<float *>(p)[i] = x;
-}
-
-__device__ __forceinline__ float softplus(float x)
-{
-    return x > RSSM_SOFTPLUS_THRESHOLD ? x : log1pf(expf(x));
-}
-
-__device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+using namespace rssm_kc;
 
 /* ------------------------------------------------------------ cp.async */
 
@@ -216,7 +147,6 @@ struct Smem {
     uint32_t kF;     /* [cap][K] fp32: kg_j = k_j gamma_j alpha */
     uint32_t qv;     /* [K] q, normalised and scaled */
     uint32_t kv;     /* [K] k, normalised */
-    uint32_t al;     /* [K] alpha = exp(g) (GDN: the scalar, repeated) */
     uint32_t aG;     /* [K] alpha Gamma */
     uint32_t qw;     /* [K] alpha Gamma q */
     uint32_t kw;     /* [K] alpha Gamma k */
@@ -266,7 +196,6 @@ Smem smem_layout(const rssm_kernel_params *p, uint32_t warps, uint32_t stages)
     s.kF = take(&at, (size_t)cap * K * 4);
     s.qv = take(&at, (size_t)K * 4);
     s.kv = take(&at, (size_t)K * 4);
-    s.al = take(&at, (size_t)K * 4);
     s.aG = take(&at, (size_t)K * 4);
     s.qw = take(&at, (size_t)K * 4);
     s.kw = take(&at, (size_t)K * 4);
@@ -287,8 +216,8 @@ struct KArgs {
 
 /* ---------------------------------------------------------- the kernel */
 
-template <int ST, int CPT, int RT>
-__global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
+template <int ST, int CPT, int RT, bool FIX>
+__global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
 {
     extern __shared__ __align__(16) unsigned char smem[];
     using SV = StateVec<ST, CPT>;
@@ -299,7 +228,10 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
     constexpr bool R16 = RT != kF32;
 
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, V = p.head_v, H = p.num_qk_heads, HV = p.num_v_heads;
+    /* FIX: K = V = 128 known at compile time (the model shapes of DESIGN §5),
+     * which folds the bounds checks and most of the address arithmetic. */
+    const uint32_t K = FIX ? 128u : p.head_k, V = FIX ? 128u : p.head_v;
+    const uint32_t H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t group = HV / H, cap = p.ring_cap, chunks = a.chunks;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u;
@@ -307,7 +239,7 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
     const size_t io = io_bf16 ? 2 : 4, rsz = R16 ? 2 : 4;
     const uint32_t ng = (K + 4u * CPT - 1u) / (4u * CPT);
 
-    const int tid = threadIdx.x, nthr = blockDim.x, W = nthr >> 5;
+    const int tid = threadIdx.x, nthr = blockDim.x, W = nthr >> 5; /* W <= 4 */
     const int warp = tid >> 5, lane = tid & 31, g = lane >> 2, t4 = lane & 3;
     const Smem &L = a.sm;
     const uint32_t S = L.stages;
@@ -320,7 +252,6 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
     float *kF = reinterpret_cast<float *>(smem + L.kF);
     float *qv = reinterpret_cast<float *>(smem + L.qv);
     float *kv = reinterpret_cast<float *>(smem + L.kv);
-    float *al = reinterpret_cast<float *>(smem + L.al);
     float *aG = reinterpret_cast<float *>(smem + L.aG);
     float *qw = reinterpret_cast<float *>(smem + L.qw);
     float *kw = reinterpret_cast<float *>(smem + L.kw);
@@ -396,8 +327,15 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
         const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
         const bool has_tile = tile_row < V;
 
-        /* A. q and k: every warp normalises them itself (4 per lane). */
+        /* A. Per channel, one pass: every warp normalises q and k itself (4
+         * channels per lane, so no barrier is needed for the norms or k.q);
+         * the thread that owns channel c (lane + 32 i, i % W == warp) then
+         * computes its gate and walks the ring newest to oldest in fp32:
+         * gamma_j, Gamma, kg_j = k_j gamma_j alpha, alpha Gamma x. */
         {
+            const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+            const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+            const float *sGate = reinterpret_cast<const float *>(st + L.sGate);
             float qx[4], kx[4], sq = 0.0f, sk = 0.0f;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -407,35 +345,33 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
                 sq += qx[i] * qx[i];
                 sk += kx[i] * kx[i];
             }
-            float qn = 1.0f, kn = 1.0f;
+            float qn = p.q_scale, kn = 1.0f;
             if (p.flags & RSSM_FLAG_QK_L2NORM) {
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) {
                     sq += __shfl_xor_sync(0xffffffffu, sq, o);
                     sk += __shfl_xor_sync(0xffffffffu, sk, o);
                 }
-                qn = 1.0f / sqrtf(sq + RSSM_L2NORM_EPS);
+                qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
                 kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
             }
+            float kq = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                qx[i] *= qn;
+                kx[i] *= kn;
+                kq += qx[i] * kx[i];
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1)
+                kq += __shfl_xor_sync(0xffffffffu, kq, o);
             const bool append_k = !flush && chunk == 0 && hv % group == 0;
+            const bool append_g = !flush && chunk == 0;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const uint32_t c = (uint32_t)lane + 32u * i;
-                const float qq = qx[i] * qn * p.q_scale, kk = kx[i] * kn;
-                if (c < K && i % W == warp) {
-                    qv[c] = qq;
-                    kv[c] = kk;
-                    if (append_k)
-                        ring_k[(size_t)n * K + c] = from_f<RT>(kk);
-                }
-            }
-        }
-        {
-            const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-            const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
-            const float *sGate = reinterpret_cast<const float *>(st + L.sGate);
-            const bool append_g = !flush && chunk == 0;
-            for (uint32_t c = tid; c < K; c += nthr) {
+                if (c >= K || i % W != warp)
+                    continue;
                 const uint32_t cg = kda ? c : 0u;
                 float gv = sGate[cg];
                 if (raw) {
@@ -443,89 +379,59 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
                     gv = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(gv + dt)
                                                            : p.gate_lower_bound * sigmoid(A * (gv + dt));
                 }
-                al[c] = expf(gv);
+                const float alpha = expf(gv);
                 if (append_g && (kda || c == 0))
                     ring_g[(size_t)n * Kg + cg] = gv;
+                if (append_k)
+                    ring_k[(size_t)n * K + c] = from_f<RT>(kx[i]);
+                float sacc = 0.0f;
+                for (int j = (int)n - 1; j >= 0; --j) {
+                    kF[(size_t)j * K + c] = to_f<RT>(sK[(size_t)j * K + c]) * (expf(sacc) * alpha);
+                    sacc += sG[kda ? (size_t)j * K + c : (size_t)j];
+                }
+                const float ag = alpha * expf(sacc);
+                qv[c] = qx[i];
+                kv[c] = kx[i];
+                aG[c] = ag;
+                qw[c] = ag * qx[i];
+                kw[c] = ag * kx[i];
             }
             if (tid == 0) {
                 const float b = *reinterpret_cast<const float *>(st + L.sBeta);
                 misc[0] = raw ? sigmoid(b) : b;
-            }
-        }
-        __syncthreads();
-
-        /* B. Newest to oldest, per channel, in fp32: gamma_j, Gamma, kg_j. */
-        for (uint32_t c = 4u * tid; c < K; c += 4u * nthr) {
-            float sacc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            const float4 a4 = *reinterpret_cast<const float4 *>(al + c);
-            const float alv[4] = {a4.x, a4.y, a4.z, a4.w};
-            for (int j = (int)n - 1; j >= 0; --j) {
-                float kj[4], gj[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    kj[e] = to_f<RT>(sK[(size_t)j * K + c + e]);
-                if (kda) {
-                    const float4 g4 = *reinterpret_cast<const float4 *>(sG + (size_t)j * K + c);
-                    gj[0] = g4.x; gj[1] = g4.y; gj[2] = g4.z; gj[3] = g4.w;
-                } else {
-                    gj[0] = gj[1] = gj[2] = gj[3] = sG[j];
-                }
-                float4 out;
-                out.x = kj[0] * (expf(sacc[0]) * alv[0]);
-                out.y = kj[1] * (expf(sacc[1]) * alv[1]);
-                out.z = kj[2] * (expf(sacc[2]) * alv[2]);
-                out.w = kj[3] * (expf(sacc[3]) * alv[3]);
-                *reinterpret_cast<float4 *>(kF + (size_t)j * K + c) = out;
-#pragma unroll
-                for (int e = 0; e < 4; ++e)
-                    sacc[e] += gj[e];
-            }
-#pragma unroll
-            for (int e = 0; e < 4; ++e) {
-                const float ag = alv[e] * expf(sacc[e]);
-                aG[c + e] = ag;
-                qw[c + e] = ag * qv[c + e];
-                kw[c + e] = ag * kv[c + e];
-            }
-        }
-        __syncthreads();
-
-        /* C. c_j(q), c_j(k): one warp per entry, lanes over K; k.q. */
-        for (uint32_t j = warp; j < n; j += W) {
-            float dq = 0.0f, dk = 0.0f;
-            const uint32_t c = 4u * lane;
-            if (c < K) {
-                const float4 kf = *reinterpret_cast<const float4 *>(kF + (size_t)j * K + c);
-                const float4 q4 = *reinterpret_cast<const float4 *>(qv + c);
-                const float4 k4 = *reinterpret_cast<const float4 *>(kv + c);
-                dq = kf.x * q4.x + kf.y * q4.y + kf.z * q4.z + kf.w * q4.w;
-                dk = kf.x * k4.x + kf.y * k4.y + kf.z * k4.z + kf.w * k4.w;
-            }
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1) {
-                dq += __shfl_xor_sync(0xffffffffu, dq, o);
-                dk += __shfl_xor_sync(0xffffffffu, dk, o);
-            }
-            if (lane == 0) {
-                cq[j] = dq;
-                ck[j] = dk;
-            }
-        }
-        if (warp == W - 1) {
-            float kq = 0.0f;
-            for (uint32_t c = lane; c < K; c += 32)
-                kq += kv[c] * qv[c];
-#pragma unroll
-            for (int o = 16; o > 0; o >>= 1)
-                kq += __shfl_xor_sync(0xffffffffu, kq, o);
-            if (lane == 0)
                 misc[1] = kq;
+            }
         }
         __syncthreads();
+
+        /* B. c_j(q), c_j(k): one warp per entry, lanes over K. */
+        if (n > 0) {
+            for (uint32_t j = warp; j < n; j += W) {
+                float dq = 0.0f, dk = 0.0f;
+                const uint32_t c = 4u * lane;
+                if (c < K) {
+                    const float4 kf = *reinterpret_cast<const float4 *>(kF + (size_t)j * K + c);
+                    const float4 q4 = *reinterpret_cast<const float4 *>(qv + c);
+                    const float4 k4 = *reinterpret_cast<const float4 *>(kv + c);
+                    dq = kf.x * q4.x + kf.y * q4.y + kf.z * q4.z + kf.w * q4.w;
+                    dk = kf.x * k4.x + kf.y * k4.y + kf.z * k4.z + kf.w * k4.w;
+                }
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) {
+                    dq += __shfl_xor_sync(0xffffffffu, dq, o);
+                    dk += __shfl_xor_sync(0xffffffffu, dk, o);
+                }
+                if (lane == 0) {
+                    cq[j] = dq;
+                    ck[j] = dk;
+                }
+            }
+            __syncthreads();
+        }
         if (!has_tile)
             return;
 
-        /* D. The rows of this warp's tile. */
+        /* C. The rows of this warp's tile. */
         float cf[NG][2][CPT];
 #pragma unroll
         for (int G = 0; G < NG; ++G) {
@@ -724,14 +630,22 @@ __global__ void __launch_bounds__(256, 1) decode_kernel(const KArgs a)
 
 using KernelFn = void (*)(const KArgs);
 
-/* [state variant][ring dtype]: state variants are fp32 (4 channels = 16 B
- * per vector), bf16 with K % 8 == 0 (8 channels = 16 B), bf16 otherwise (4
- * channels = 8 B). */
-const KernelFn kKernels[3][3] = {
-    {decode_kernel<kF32, 4, kF32>, decode_kernel<kF32, 4, kF16>, decode_kernel<kF32, 4, kBF16>},
-    {decode_kernel<kBF16, 8, kF32>, decode_kernel<kBF16, 8, kF16>, decode_kernel<kBF16, 8, kBF16>},
-    {decode_kernel<kBF16, 4, kF32>, decode_kernel<kBF16, 4, kF16>, decode_kernel<kBF16, 4, kBF16>},
+/* [K = V = 128][state variant][ring dtype]: state variants are fp32 (4
+ * channels = 16 B per vector), bf16 with K % 8 == 0 (8 channels = 16 B),
+ * bf16 otherwise (4 channels = 8 B). */
+const KernelFn kKernels[2][3][3] = {
+    {{decode_kernel<kF32, 4, kF32, false>, decode_kernel<kF32, 4, kF16, false>, decode_kernel<kF32, 4, kBF16, false>},
+     {decode_kernel<kBF16, 8, kF32, false>, decode_kernel<kBF16, 8, kF16, false>, decode_kernel<kBF16, 8, kBF16, false>},
+     {decode_kernel<kBF16, 4, kF32, false>, decode_kernel<kBF16, 4, kF16, false>, decode_kernel<kBF16, 4, kBF16, false>}},
+    {{decode_kernel<kF32, 4, kF32, true>, decode_kernel<kF32, 4, kF16, true>, decode_kernel<kF32, 4, kBF16, true>},
+     {decode_kernel<kBF16, 8, kF32, true>, decode_kernel<kBF16, 8, kF16, true>, decode_kernel<kBF16, 8, kBF16, true>},
+     {decode_kernel<kBF16, 4, kF32, true>, decode_kernel<kBF16, 4, kF16, true>, decode_kernel<kBF16, 4, kBF16, true>}},
 };
+
+KernelFn kernel_of(uint32_t variant)
+{
+    return kKernels[variant / 9u][(variant / 3u) % 3u][variant % 3u];
+}
 
 uint32_t state_variant(const rssm_kernel_params *p)
 {
@@ -767,22 +681,27 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     const uint32_t tiles = (p->head_v + 15u) / 16u;
     const uint64_t heads = (uint64_t)p->max_rows * p->num_v_heads;
     const uint64_t sms = (uint64_t)(sm_count > 0 ? sm_count : 1);
-    /* 64-row items, two CTAs per SM: enough warps to hide the per-item
-     * arithmetic and barriers, and room for several items in flight. Smaller
-     * items while the batch leaves SMs idle. */
-    uint32_t w = warps ? warps : 4u;
+    /* 64-row items (4 warps): the kernel's arithmetic and barriers per item
+     * are hidden by running several CTAs per SM, which matters more than
+     * deep per-CTA pipelines (measured on the H200). Smaller items while the
+     * batch leaves SMs idle. */
+    uint32_t w = warps ? (warps > 4u ? 4u : warps) : 4u;
     if (!warps) {
         while (w > 1 && (w / 2u) >= tiles)
             w /= 2u;
         while (w > 1 && heads * ((tiles + w - 1u) / w) < 2u * sms)
             w /= 2u;
     }
-    const uint32_t ctas = w >= 8u ? 1u : 2u;
-    const size_t budget = smem_budget(smem_per_sm, ctas);
     const Smem one = smem_layout(p, w, 1);
     const size_t work = one.total - one.stage_bytes;
-    uint32_t s = stages;
+    /* The most CTAs per SM (registers allow 4) that keep at least one stage,
+     * then as many stages as fit, at most 4. */
+    uint32_t ctas = 4, s = stages;
+    for (; ctas > 1; --ctas)
+        if (smem_budget(smem_per_sm, ctas) >= work + (size_t)(s ? s : 1u) * one.stage_bytes)
+            break;
     if (!s) {
+        const size_t budget = smem_budget(smem_per_sm, ctas);
         s = budget > work ? (uint32_t)((budget - work) / one.stage_bytes) : 1u;
         s = s < 1u ? 1u : (s > 4u ? 4u : s);
     }
@@ -791,16 +710,26 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     plan->stages = s;
     plan->ctas_per_sm = ctas;
     plan->smem_bytes = smem_layout(p, w, s).total;
-    plan->variant = state_variant(p) * 3u + p->ring_dtype;
+    const uint32_t fix = p->head_k == 128u && p->head_v == 128u ? 1u : 0u;
+    plan->variant = fix * 9u + state_variant(p) * 3u + p->ring_dtype;
     plan->sm_count = (int)sms;
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);
+    /* The stream kernels where they apply (measured faster on the H200,
+     * bench/results/h200_notes.md). The fields above stay valid, so the plan
+     * can be switched back. */
+    plan->kernel = RSSM_CUDA_KERNEL_PIPELINE;
+    plan->rows_per_lane = 0;
+    if (rssm_cuda_stream_supported(p))
+        rssm_cuda_stream_plan(plan, p);
 }
 
 extern "C" cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
 {
-    const KernelFn fn = kKernels[plan->variant / 3u][plan->variant % 3u];
+    if (plan->kernel == RSSM_CUDA_KERNEL_STREAM)
+        return rssm_cuda_stream_prepare(plan, p);
+    const KernelFn fn = kernel_of(plan->variant);
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
     if (e != cudaSuccess)
@@ -822,13 +751,15 @@ extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const
                                               const rssm_cuda_plan *plan, uint32_t layer,
                                               cudaStream_t stream)
 {
+    if (plan->kernel == RSSM_CUDA_KERNEL_STREAM)
+        return rssm_cuda_stream_launch(p, b, plan, layer, stream);
     KArgs args;
     args.p = *p;
     args.b = *b;
     args.sm = smem_layout(p, plan->warps, plan->stages);
     args.layer = layer;
     args.chunks = plan->chunks;
-    const KernelFn fn = kKernels[plan->variant / 3u][plan->variant % 3u];
+    const KernelFn fn = kernel_of(plan->variant);
     fn<<<plan->grid, 32u * plan->warps, plan->smem_bytes, stream>>>(args);
     return cudaGetLastError();
 }

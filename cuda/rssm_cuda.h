@@ -35,17 +35,34 @@ typedef struct rssm_cuda_buffers {
     const float *gate, *beta;
     const float *A_log, *dt_bias;
     void *out;                  /* io dtype */
+    float *scratch;             /* the stream kernel's per-(row, value head) ring
+                                   coefficients: rssm_cuda_scratch_bytes */
 } rssm_cuda_buffers;
 
-/* How one layer's launch is shaped; fixed per batch. A work item is a
- * chunk of 16 * warps value rows of one (batch row, value head); persistent
- * CTAs walk the items with `stages` items' loads in flight. */
+/* Which kernel a plan launches. The pipeline kernel (decode_kernel.cu) runs
+ * every model; the stream kernels (stream_kernel.cu: a coefficient prologue,
+ * then a pure stream of checkpoint tiles) run models whose ring has at most
+ * RSSM_CUDA_STREAM_MAX_RING entries, packed ones included, and are what
+ * plan_init picks for them. A plan may be switched to the pipeline kernel
+ * before rssm_cuda_plan_prepare (the benchmark does, to compare). */
+#define RSSM_CUDA_KERNEL_PIPELINE 0u
+#define RSSM_CUDA_KERNEL_STREAM 1u
+
+/* How one layer's launch is shaped; fixed per batch.
+ * Pipeline kernel: a work item is a chunk of 16 * warps value rows of one
+ * (batch row, value head); persistent CTAs walk the items with `stages`
+ * items' loads in flight.
+ * Stream kernel: a work item is 8 * rows_per_lane value rows of one (batch
+ * row, value head), one item per warp, RSSM_CUDA_STREAM_WARPS warps per CTA. */
 typedef struct rssm_cuda_plan {
+    uint32_t kernel;            /* RSSM_CUDA_KERNEL_* */
+    uint32_t rows_per_lane;     /* stream kernel: 1, 2 or 4 */
     uint32_t warps;             /* warps per CTA; each warp owns 16 value rows */
     uint32_t chunks;            /* items per (batch row, value head) */
     uint32_t stages;            /* items in flight per CTA (shared-memory buffers) */
     uint32_t ctas_per_sm;       /* resident CTAs per SM the plan is sized for */
-    uint32_t grid;              /* CTAs per launch (set by rssm_cuda_plan_prepare) */
+    uint32_t grid;              /* CTAs per launch of the chosen kernel (final after
+                                   rssm_cuda_plan_prepare) */
     uint32_t smem_bytes;        /* dynamic shared memory per CTA */
     uint32_t variant;           /* which template instance (state, ring dtype) */
     int sm_count;
@@ -55,10 +72,10 @@ typedef struct rssm_cuda_plan {
  * device's opt-in shared memory per block. */
 const char *rssm_cuda_unsupported(const rssm_kernel_params *p, size_t smem_limit);
 
-/* Picks the launch shape for `p` on a device with `sm_count`
+/* Picks the kernel and launch shape for `p` on a device with `sm_count`
  * multiprocessors and `smem_per_sm` bytes of shared memory per SM: items of
- * 64 rows, two CTAs per SM, as many stages as fit; smaller items when the
- * batch is too small to fill the GPU. `warps` and `stages` override the
+ * 64 rows, as many CTAs per SM as fit (up to 4), then as many stages as fit;
+ * smaller items when the batch is too small to fill the GPU. `warps` and `stages` override the
  * choice when not 0 (for tuning). Call rssm_cuda_unsupported first. */
 void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int sm_count,
                          size_t smem_per_sm, uint32_t warps, uint32_t stages);
@@ -74,6 +91,22 @@ cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_param
 cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                    const rssm_cuda_plan *plan, uint32_t layer,
                                    cudaStream_t stream);
+
+/* Bytes of device memory rssm_cuda_buffers.scratch must point to for
+ * `plan` (0: none needed). Call after rssm_cuda_plan_prepare. */
+size_t rssm_cuda_scratch_bytes(const rssm_kernel_params *p, const rssm_cuda_plan *plan);
+
+/* The stream kernel's share of the above (stream_kernel.cu), called by
+ * them when plan->kernel is RSSM_CUDA_KERNEL_STREAM. It takes rings of up
+ * to RSSM_CUDA_STREAM_MAX_RING entries (L <= 17); longer rings run on the
+ * pipeline kernel. */
+#define RSSM_CUDA_STREAM_WARPS 4u
+#define RSSM_CUDA_STREAM_MAX_RING 16u
+int rssm_cuda_stream_supported(const rssm_kernel_params *p);
+void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p);
+cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
+cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                    const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

@@ -9,20 +9,23 @@
 //                   C' = C*diag(alpha*Gamma) + [D | d] [KK ; k] (rank n+1)
 //   RSSM_TILES 0    portable: subgroup arithmetic and shared memory; the
 //                   flush is fused into the readout's row loop
-//   RSSM_TILES 1,2  `_cm`: the flush is a [V x (n+1)] x [(n+1) x K] product
-//                   through tile.glsl (1: KHR cooperative matrix, 2: emulated)
+//   RSSM_TILES 1,2  `_cm`: a flush with n >= 1 ring entries is a
+//                   [V x (n+1)] x [(n+1) x K] product through tile.glsl
+//                   (1: KHR cooperative matrix, 2: emulated tiles)
 // With L = 1 the replay module does exactly the packed module's arithmetic in
 // the same order (`precise` keeps the compiler from fusing differently), so
 // the two agree bit for bit.
 //
 // Work split: the workgroup is SG_COUNT subgroups. Per-channel work (gates,
 // decays, ring coefficients) is spread over all invocations; the V state rows
-// go round-robin to subgroups, whose invocations split a row's K channels in
-// quads and reduce with subgroupAdd. 16-bit arrays are written in whole words.
+// go to subgroups in blocks of ROW_BLOCK rows, whose invocations split a
+// row's K channels in quads (16-byte loads) and reduce the block's rows with
+// one subgroupAdd. 16-bit arrays are written in whole words.
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_EXT_control_flow_attributes : require
 #if RSSM_TILES == 1
 #extension GL_KHR_cooperative_matrix : require
 #extension GL_KHR_memory_scope_semantics : require
@@ -62,10 +65,16 @@ const uint WG_SIZE = SG_COUNT * SG_SIZE;
 const uint RING_CAP = RING_LEN - 1u;
 // Channel quads one invocation holds of a state row.
 const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
+// State rows a subgroup reads at once (the readout reduces them together).
+const uint ROW_BLOCK = 4u;
 
 layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
 
 layout(std430, binding = 0) buffer Pool { uint w[]; } pool;
+// The same pool seen in 8- and 16-byte words, for whole channel quads (state
+// rows and ring entries start on 256-byte boundaries and K % 4 == 0).
+layout(std430, binding = 0) buffer Pool2 { uvec2 w[]; } pool2;
+layout(std430, binding = 0) buffer Pool4 { uvec4 w[]; } pool4;
 layout(std430, binding = 1) readonly buffer Header { uint w[]; } hdr;
 layout(std430, binding = 2) readonly buffer Q { uint w[]; } qbuf;
 layout(std430, binding = 3) readonly buffer Kb { uint w[]; } kbuf;
@@ -82,6 +91,27 @@ RSSM_DEFINE_LOADS(qin, qbuf)
 RSSM_DEFINE_LOADS(kin, kbuf)
 RSSM_DEFINE_LOADS(vin, vbuf)
 
+// Four channels of a state row (element i % 4 == 0 from word `base`, a
+// multiple of 4) in one 16-byte (fp32) or 8-byte (bf16) access.
+vec4 state_load4(uint base, uint i)
+{
+    if (STATE_DT == RSSM_CODE_DTYPE_F32)
+        return uintBitsToFloat(pool4.w[(base + i) >> 2]);
+    uvec2 w = pool2.w[(base + (i >> 1)) >> 1];
+    return vec4(rssm_bf16_to_f32(w.x & 0xffffu), rssm_bf16_to_f32(w.x >> 16),
+                rssm_bf16_to_f32(w.y & 0xffffu), rssm_bf16_to_f32(w.y >> 16));
+}
+
+void state_store4(uint base, uint i, vec4 x)
+{
+    if (STATE_DT == RSSM_CODE_DTYPE_F32) {
+        pool4.w[(base + i) >> 2] = floatBitsToUint(x);
+    } else {
+        pool2.w[(base + (i >> 1)) >> 1] = uvec2(rssm_f32_to_bf16(x.x) | (rssm_f32_to_bf16(x.y) << 16),
+                                                rssm_f32_to_bf16(x.z) | (rssm_f32_to_bf16(x.w) << 16));
+    }
+}
+
 // Written in pairs only (writeonly: no loads); i even, counted from word `base`.
 void out_store2(uint base, uint i, vec2 x)
 {
@@ -93,10 +123,25 @@ void out_store2(uint base, uint i, vec2 x)
     }
 }
 
-shared float s_q[HEAD_K];   // normalised, scaled q
-shared float s_k[HEAD_K];   // normalised k (unscaled: what the ring stores)
-shared float s_g[HEAD_K];   // this step's log-decay (KDA; GDN uses s_g[0])
-shared float s_ag[HEAD_K];  // alpha * Gamma
+// A dot product in a fixed order: the packed and replay modules must round
+// identically (L = 1 is bit-identical to packed).
+float dot4(vec4 a, vec4 b)
+{
+    precise float r = a.x * b.x;
+    r += a.y * b.y;
+    r += a.z * b.z;
+    r += a.w * b.w;
+    return r;
+}
+
+// Per-channel vectors, in channel quads: every access is one vec4.
+const uint KQ = HEAD_K / 4u;
+shared vec4 s_q4[KQ];   // normalised, scaled q
+shared vec4 s_k4[KQ];   // normalised k (unscaled: what the ring stores)
+shared vec4 s_g4[KQ];   // this step's log-decay (KDA)
+shared vec4 s_ag4[KQ];  // alpha * Gamma
+shared vec4 s_wq4[KQ];  // alpha * Gamma * q: the checkpoint's readout weights
+shared vec4 s_wk4[KQ];  // alpha * Gamma * k
 shared float s_d[HEAD_V];   // d, full precision
 shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
@@ -126,9 +171,25 @@ const uint KK_STRIDE = PAD_K;
 const uint TILE_SCRATCH = TILE_M * TILE_K + TILE_K * TILE_N;  // >= TILE_M*TILE_N
 #endif
 shared float s_tile[SG_COUNT * TILE_SCRATCH];
+#define KK4(j, q) vec4(s_kk[(j) * KK_STRIDE + 4u * (q)], s_kk[(j) * KK_STRIDE + 4u * (q) + 1u], \
+                       s_kk[(j) * KK_STRIDE + 4u * (q) + 2u], s_kk[(j) * KK_STRIDE + 4u * (q) + 3u])
+void kk4_set(uint j, uint q, vec4 x)
+{
+    s_kk[j * KK_STRIDE + 4u * q] = x.x;
+    s_kk[j * KK_STRIDE + 4u * q + 1u] = x.y;
+    s_kk[j * KK_STRIDE + 4u * q + 2u] = x.z;
+    s_kk[j * KK_STRIDE + 4u * q + 3u] = x.w;
+}
+// The `_cm` kernels' shared memory goes to the tile staging instead.
+#define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #elif RSSM_REPLAY
-const uint KK_STRIDE = HEAD_K;
-shared float s_kk[RING_LEN * HEAD_K];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
+shared vec4 s_kk4[RING_LEN * KQ];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
+#define KK4(j, q) s_kk4[(j) * KQ + (q)]
+void kk4_set(uint j, uint q, vec4 x) { s_kk4[j * KQ + q] = x; }
+// The ring's d_j[v] in fp32, loaded and converted once per head: the readout
+// and the flush read each value once per row otherwise.
+shared float s_dr[RING_LEN * HEAD_V];
+#define RING_D(j, v) s_dr[(j) * HEAD_V + (v)]
 #endif
 
 // Sums a vec4 over the workgroup; every invocation gets the total. Also a
@@ -166,6 +227,60 @@ float gate_g(float a, float alog, float bias)
     return params.gate_lower_bound * sigmoid(exp(alog) * x);
 }
 
+// The readout of the ROW_BLOCK rows v0 + r*SG_COUNT: Sbar_q, Sbar_k, then
+// d and o into s_d, s_o; leaves d[r] in scope. KEEP_ROW sees each loaded
+// quad `cv` of row r, quad i.
+#if RSSM_REPLAY
+#define RSSM_READOUT_RING(r, v)                                                    \
+    for (uint j = lane; j < n && v < V; j += SG_SIZE) {                            \
+        const float dj = RING_D(j, v);                                             \
+        pq[r] += dj * s_cq[j];                                                     \
+        pk[r] += dj * s_ck[j];                                                     \
+    }
+#else
+#define RSSM_READOUT_RING(r, v)
+#endif
+#define RSSM_READOUT_BLOCK(KEEP_ROW)                                               \
+    precise float pq[ROW_BLOCK], pk[ROW_BLOCK];                                    \
+    for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
+        const uint v = v0 + r * SG_COUNT;                                          \
+        pq[r] = 0.0;                                                               \
+        pk[r] = 0.0;                                                               \
+        for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
+            const uint cq = lane + i * SG_SIZE;                                    \
+            if (v < V && cq < KQ) {                                                \
+                const vec4 cv = state_load4(c_base, c_elem + v * K + 4u * cq);     \
+                const vec4 wq = wq_r[i], wk = wk_r[i];                             \
+                KEEP_ROW                                                           \
+                pq[r] += cv.x * wq.x;                                              \
+                pq[r] += cv.y * wq.y;                                              \
+                pq[r] += cv.z * wq.z;                                              \
+                pq[r] += cv.w * wq.w;                                              \
+                pk[r] += cv.x * wk.x;                                              \
+                pk[r] += cv.y * wk.y;                                              \
+                pk[r] += cv.z * wk.z;                                              \
+                pk[r] += cv.w * wk.w;                                              \
+            }                                                                      \
+        }                                                                          \
+        RSSM_READOUT_RING(r, v)                                                    \
+    }                                                                              \
+    const vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));                 \
+    const vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));                 \
+    float d[ROW_BLOCK];                                                            \
+    for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
+        const uint v = v0 + r * SG_COUNT;                                          \
+        d[r] = 0.0;                                                                \
+        if (v < V) {                                                               \
+            precise const float dv = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk[r]); \
+            precise const float o = sq[r] + dv * kq;                               \
+            d[r] = dv;                                                             \
+            if (subgroupElect()) {                                                 \
+                s_d[v] = dv;                                                       \
+                s_o[v] = o;                                                        \
+            }                                                                      \
+        }                                                                          \
+    }
+
 void main()
 {
     const uint hv = gl_WorkGroupID.x, row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
@@ -182,6 +297,11 @@ void main()
     const uint n = 0u;
     const bool flush = true;
 #endif
+    // The `_cm` kernels take the flush through tiles when the update has rank
+    // > 1; a rank-1 flush (empty ring: L = 1, or forced right after a flush)
+    // is the packed update, done row by row exactly as the packed kernel
+    // does, so L = 1 stays bit-identical to packed in every variant.
+    const bool tile_flush = RSSM_TILES != 0 && flush && n > 0u;
     const uint HV = params.num_v_heads, H = params.num_qk_heads, K = HEAD_K, V = HEAD_V;
     const uint h = hv / (HV / H);
     const bool kda = GATE_KIND == RSSM_CODE_GATE_KDA;
@@ -200,18 +320,18 @@ void main()
 
     // ---- 1. q, k, gate, beta ------------------------------------------------
     vec4 part = vec4(0.0);
-    for (uint c = t; c < K; c += WG_SIZE) {
-        float qc = qin_load(IO_DT, 0u, qk_elem + c), kc = kin_load(IO_DT, 0u, qk_elem + c);
-        s_q[c] = qc;
-        s_k[c] = kc;
-        part += vec4(qc * qc, kc * kc, qc * kc, 0.0);
+    for (uint cq = t; cq < KQ; cq += WG_SIZE) {
+        const vec4 q4 = qin_load4(IO_DT, 0u, qk_elem + 4u * cq), k4 = kin_load4(IO_DT, 0u, qk_elem + 4u * cq);
+        s_q4[cq] = q4;
+        s_k4[cq] = k4;
+        part += vec4(dot4(q4, q4), dot4(k4, k4), dot4(q4, k4), 0.0);
     }
     const vec4 sums = workgroup_sum(part);
     const bool l2 = (params.flags & RSSM_FLAG_QK_L2NORM) != 0u;
     const float rq = l2 ? 1.0 / sqrt(sums.x + RSSM_L2NORM_EPS) : 1.0;
     const float rk = l2 ? 1.0 / sqrt(sums.y + RSSM_L2NORM_EPS) : 1.0;
     const float qs = rq * params.q_scale;
-    const float kq = sums.z * qs * rk; // (k . q) of the normalised, scaled vectors
+    precise const float kq = sums.z * qs * rk; // (k . q) of the normalised, scaled vectors
 
     float beta = beta_in.w[lr * HV + hv];
     if (params.gate_mode != RSSM_CODE_MODE_PRECOMPUTED)
@@ -235,51 +355,61 @@ void main()
     }
 #endif
 
-    // Per channel: normalise, decays, ring coefficients KK_j[c].
-    for (uint c = t; c < K; c += WG_SIZE) {
-        const float qn = s_q[c] * qs, kn = s_k[c] * rk;
-        s_q[c] = qn;
-        s_k[c] = kn;
-        float g = g_head;
+    // Per channel quad: normalise, decays, ring coefficients KK_j.
+    for (uint cq = t; cq < KQ; cq += WG_SIZE) {
+        const uint c = 4u * cq;
+        const vec4 qn = s_q4[cq] * qs, kn = s_k4[cq] * rk;
+        s_q4[cq] = qn;
+        s_k4[cq] = kn;
+        vec4 g = vec4(g_head);
         if (kda) {
-            g = gate_g(gate.w[g_index + c], a_log.w[layer * HV + hv],
-                       dt_bias.w[(layer * HV + hv) * K + c]);
-            s_g[c] = g;
+            const float alog = a_log.w[layer * HV + hv];
+            const uint bias = (layer * HV + hv) * K + c;
+            g = vec4(gate_g(gate.w[g_index + c], alog, dt_bias.w[bias]),
+                     gate_g(gate.w[g_index + c + 1u], alog, dt_bias.w[bias + 1u]),
+                     gate_g(gate.w[g_index + c + 2u], alog, dt_bias.w[bias + 2u]),
+                     gate_g(gate.w[g_index + c + 3u], alog, dt_bias.w[bias + 3u]));
+            s_g4[cq] = g;
         }
-        const float alpha = exp(g);
-        float Gamma = 1.0;
+        const vec4 alpha = exp(g);
+        vec4 Gamma = vec4(1.0);
 #if RSSM_REPLAY
         if (kda) {
-            float s = 0.0;
+            vec4 s = vec4(0.0);
             for (uint jj = 0u; jj < n; jj++) {
-                uint j = n - 1u - jj;
-                float kj = pool_load(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
-                s_kk[j * KK_STRIDE + c] = kj * (exp(s) * alpha);
-                s += uintBitsToFloat(pool.w[rg_base + (hv * RING_CAP + j) * K + c]);
+                const uint j = n - 1u - jj;
+                const vec4 kj = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
+                kk4_set(j, cq, kj * (exp(s) * alpha));
+                s += uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + c) >> 2]);
             }
             if (n > 0u)
                 Gamma = exp(s);
         } else {
             for (uint j = 0u; j < n; j++)
-                s_kk[j * KK_STRIDE + c] = pool_load(RING_DT, rk_base, (h * RING_CAP + j) * K + c) * s_gam[j];
+                kk4_set(j, cq, pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c) * s_gam[j]);
             if (n > 0u)
-                Gamma = exp(gdn_s);
+                Gamma = vec4(exp(gdn_s));
         }
 #endif
-        s_ag[c] = alpha * Gamma;
+        const vec4 ag = alpha * Gamma;
+        s_ag4[cq] = ag;
+        s_wq4[cq] = ag * qn;
+        s_wk4[cq] = ag * kn;
     }
-    if (!kda && t == 0u)
-        s_g[0] = g_head;
+#if RSSM_REPLAY && RSSM_TILES == 0
+    for (uint i = t; i < n * V; i += WG_SIZE)
+        s_dr[i] = pool_load(RING_DT, rd_base, hv * RING_CAP * V + i);
+#endif
     barrier();
 
 #if RSSM_REPLAY
     // c_j(q), c_j(k): one subgroup per ring entry.
     for (uint j = sg; j < n; j += SG_COUNT) {
         float pq = 0.0, pk = 0.0;
-        for (uint c = lane; c < K; c += SG_SIZE) {
-            float kk = s_kk[j * KK_STRIDE + c];
-            pq += kk * s_q[c];
-            pk += kk * s_k[c];
+        for (uint cq = lane; cq < KQ; cq += SG_SIZE) {
+            const vec4 kk = KK4(j, cq);
+            pq += dot4(kk, s_q4[cq]);
+            pk += dot4(kk, s_k4[cq]);
         }
         pq = subgroupAdd(pq);
         pk = subgroupAdd(pk);
@@ -291,76 +421,72 @@ void main()
     barrier();
 #endif
 
-    // ---- 2. readout, row by row (and the portable flush) ---------------------
-    for (uint v = sg; v < V; v += SG_COUNT) {
-        vec4 crow[ROW_QUADS];
-        precise float pq = 0.0, pk = 0.0;
-        for (uint i = 0u; i < ROW_QUADS; i++) {
-            const uint c = (lane + i * SG_SIZE) * 4u;
-            if (c < K) {
-                const vec4 cv = pool_load4(STATE_DT, c_base, c_elem + v * K + c);
-                const vec4 ag = vec4(s_ag[c], s_ag[c + 1u], s_ag[c + 2u], s_ag[c + 3u]);
-                const vec4 wq = ag * vec4(s_q[c], s_q[c + 1u], s_q[c + 2u], s_q[c + 3u]);
-                const vec4 wk = ag * vec4(s_k[c], s_k[c + 1u], s_k[c + 2u], s_k[c + 3u]);
-                crow[i] = cv;
-                pq += cv.x * wq.x;
-                pq += cv.y * wq.y;
-                pq += cv.z * wq.z;
-                pq += cv.w * wq.w;
-                pk += cv.x * wk.x;
-                pk += cv.y * wk.y;
-                pk += cv.z * wk.z;
-                pk += cv.w * wk.w;
-            }
-        }
+    // ---- 2. readout (and the row-wise flush), ROW_BLOCK rows at a time -------
+    // A subgroup takes rows v0, v0 + SG_COUNT, ... of its block together, so
+    // one reduction serves ROW_BLOCK rows and the flush loads each KK_j quad
+    // once per block. Each row's sums are formed in the same order as one at
+    // a time would. The readout is written out twice (RSSM_READOUT_BLOCK):
+    // a step that does not flush keeps no state rows in registers.
+    // This invocation's channel quads of the per-channel vectors, in
+    // registers for all its rows.
+    vec4 wq_r[ROW_QUADS], wk_r[ROW_QUADS], ag_r[ROW_QUADS], k_r[ROW_QUADS];
+    [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+        const uint cq = min(lane + i * SG_SIZE, KQ - 1u);
+        wq_r[i] = s_wq4[cq];
+        wk_r[i] = s_wk4[cq];
+        ag_r[i] = s_ag4[cq];
+        k_r[i] = s_k4[cq];
+    }
+    for (uint v0 = sg; v0 < V; v0 += SG_COUNT * ROW_BLOCK) {
+        if (flush && !tile_flush) {
+            vec4 crow[ROW_BLOCK * ROW_QUADS];
+            RSSM_READOUT_BLOCK(crow[r * ROW_QUADS + i] = cv;)
+            // C'[v] = C[v]*alpha*Gamma + sum_j d_j[v] KK_j + d k, in the
+            // registers that hold the rows; each row is written once.
+            for (uint r = 0u; r < ROW_BLOCK; r++)
+                for (uint i = 0u; i < ROW_QUADS; i++)
+                    crow[r * ROW_QUADS + i] = crow[r * ROW_QUADS + i] * ag_r[i];
 #if RSSM_REPLAY
-        for (uint j = lane; j < n; j += SG_SIZE) {
-            const float dj = pool_load(RING_DT, rd_base, (hv * RING_CAP + j) * V + v);
-            pq += dj * s_cq[j];
-            pk += dj * s_ck[j];
-        }
-#endif
-        const float sq = subgroupAdd(pq), sk = subgroupAdd(pk);
-        precise const float d = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk);
-        precise const float o = sq + d * kq;
-        if (subgroupElect()) {
-            s_d[v] = d;
-            s_o[v] = o;
-        }
-#if RSSM_TILES == 0
-        if (flush) {
-            // C'[v] = C[v]*alpha*Gamma + sum_j d_j[v] KK_j + d k: this row
-            // was just read into registers and is written once.
-            for (uint i = 0u; i < ROW_QUADS; i++) {
-                const uint c = (lane + i * SG_SIZE) * 4u;
-                if (c < K) {
-                    precise vec4 r = crow[i] * vec4(s_ag[c], s_ag[c + 1u], s_ag[c + 2u], s_ag[c + 3u]);
-#if RSSM_REPLAY
-                    for (uint j = 0u; j < n; j++) {
-                        const float dj = pool_load(RING_DT, rd_base, (hv * RING_CAP + j) * V + v);
-                        const uint kk = j * KK_STRIDE + c;
-                        r += dj * vec4(s_kk[kk], s_kk[kk + 1u], s_kk[kk + 2u], s_kk[kk + 3u]);
+            for (uint j = 0u; j < n; j++) {
+                float dj[ROW_BLOCK];
+                for (uint r = 0u; r < ROW_BLOCK; r++)
+                    dj[r] = v0 + r * SG_COUNT < V ? RING_D(j, v0 + r * SG_COUNT) : 0.0;
+                for (uint i = 0u; i < ROW_QUADS; i++) {
+                    const vec4 kk = KK4(j, min(lane + i * SG_SIZE, KQ - 1u));
+                    for (uint r = 0u; r < ROW_BLOCK; r++) {
+                        precise vec4 acc = crow[r * ROW_QUADS + i];
+                        acc += dj[r] * kk;
+                        crow[r * ROW_QUADS + i] = acc;
                     }
-#endif
-                    r += d * vec4(s_k[c], s_k[c + 1u], s_k[c + 2u], s_k[c + 3u]);
-                    pool_store4(STATE_DT, c_base, c_elem + v * K + c, r);
                 }
             }
-        }
 #endif
+            for (uint r = 0u; r < ROW_BLOCK; r++) {
+                const uint v = v0 + r * SG_COUNT;
+                for (uint i = 0u; i < ROW_QUADS; i++) {
+                    const uint cq = lane + i * SG_SIZE;
+                    if (v < V && cq < KQ) {
+                        precise vec4 acc = crow[r * ROW_QUADS + i];
+                        acc += d[r] * k_r[i];
+                        state_store4(c_base, c_elem + v * K + 4u * cq, acc);
+                    }
+                }
+            }
+        } else {
+            RSSM_READOUT_BLOCK(;)
+        }
     }
     barrier();
 
 #if RSSM_TILES != 0
     // ---- 2b. the flush as a matrix product, tile by tile --------------------
-    if (flush) {
+    if (tile_flush) {
         const uint jp = (n + 1u + TILE_K - 1u) / TILE_K * TILE_K; // inner extent used
         for (uint idx = t; idx < PAD_V * jp; idx += WG_SIZE) {
             const uint v = idx / jp, j = idx % jp;
             float x = 0.0;
             if (v < V)
-                x = j < n ? pool_load(RING_DT, rd_base, (hv * RING_CAP + j) * V + v)
-                          : (j == n ? s_d[v] : 0.0);
+                x = j < n ? RING_D(j, v) : (j == n ? s_d[v] : 0.0);
             s_dx[v * PAD_J + j] = TILE_AB_T(x);
         }
         for (uint idx = t; idx < jp * PAD_K; idx += WG_SIZE) {
@@ -371,7 +497,7 @@ void main()
 #endif
             float x = 0.0;
             if (c < K)
-                x = j < n ? s_kk[j * KK_STRIDE + c] : (j == n ? s_k[c] : 0.0);
+                x = j < n ? s_kk[j * KK_STRIDE + c] : (j == n ? s_k4[c >> 2][c & 3u] : 0.0);
             s_kx[j * PAD_K + c] = TILE_AB_T(x);
         }
         barrier();
@@ -389,8 +515,8 @@ void main()
             // Accumulator starts as C * diag(alpha Gamma).
             for (uint e = lane; e < TILE_M * TILE_N; e += SG_SIZE) {
                 const uint v = v0 + e / TILE_N, c = c0 + e % TILE_N;
-                s_tile[tile_scratch + e] =
-                    (v < V && c < K) ? pool_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag[c] : 0.0;
+                s_tile[tile_scratch + e] = (v < V && c < K)
+                    ? pool_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag4[c >> 2][c & 3u] : 0.0;
             }
             subgroupMemoryBarrierShared();
             subgroupBarrier();
@@ -426,11 +552,11 @@ void main()
         for (uint p = t * 2u; p < V; p += WG_SIZE * 2u)
             pool_store2(RING_DT, rd_base, (hv * RING_CAP + n) * V + p, vec2(s_d[p], s_d[p + 1u]));
         if (hv % (HV / H) == 0u)
-            for (uint p = t * 2u; p < K; p += WG_SIZE * 2u)
-                pool_store2(RING_DT, rk_base, (h * RING_CAP + n) * K + p, vec2(s_k[p], s_k[p + 1u]));
+            for (uint cq = t; cq < KQ; cq += WG_SIZE)
+                pool_store4(RING_DT, rk_base, (h * RING_CAP + n) * K + 4u * cq, s_k4[cq]);
         if (kda) {
-            for (uint c = t; c < K; c += WG_SIZE)
-                pool.w[rg_base + (hv * RING_CAP + n) * K + c] = floatBitsToUint(s_g[c]);
+            for (uint cq = t; cq < KQ; cq += WG_SIZE)
+                pool4.w[(rg_base + (hv * RING_CAP + n) * K + 4u * cq) >> 2] = floatBitsToUint(s_g4[cq]);
         } else if (t == 0u) {
             pool.w[rg_base + hv * RING_CAP + n] = floatBitsToUint(g_head);
         }

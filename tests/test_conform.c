@@ -36,7 +36,9 @@ static rh_case *g_cases;
 static size_t g_ncases;
 static backend_entry *g_backends;
 static size_t g_nbackends;
-static rssm_backend *g_cpu_other; /* where MIGRATE cases move slots: a CPU backend */
+/* Where MIGRATE cases move slots: the CPU for any other backend; for the
+ * CPU, the first other backend that starts (else a second CPU instance). */
+static rssm_backend *g_cpu_other, *g_noncpu_other;
 static rh_prepared g_prepared;
 static size_t g_prepared_case = (size_t)-1;
 
@@ -82,7 +84,8 @@ static void test_case_on_backend(void **state)
     }
     const rh_prepared *pr = prepared_get(p->c);
     rh_result r;
-    rh_run_case(pr, e->b, g_cpu_other, &r, NULL);
+    int is_cpu = strcmp(e->name, "cpu") == 0 || strncmp(e->name, "cpu:", 4) == 0;
+    rh_run_case(pr, e->b, is_cpu && g_noncpu_other ? g_noncpu_other : g_cpu_other, &r, NULL);
     print_message("[  %-6s  ] %-34s %-16s out %.2e state %.2e tol %.0e %s\n", rh_verdict_name(r.verdict),
                   pr->c.name, e->name, r.out_err, r.state_err, r.tol, r.note);
     if (r.verdict == RH_SKIP) {
@@ -191,6 +194,10 @@ int main(void)
         g_backends[i].name = rssm_backend_name_at(i);
     if (rssm_backend_create("cpu", &g_cpu_other, &err) != RSSM_OK)
         g_cpu_other = NULL; /* the MIGRATE cases then skip */
+    for (size_t i = 0; i < g_nbackends && !g_noncpu_other; i++)
+        if (strncmp(g_backends[i].name, "cpu", 3) != 0 &&
+            rssm_backend_create(g_backends[i].name, &g_noncpu_other, NULL) != RSSM_OK)
+            g_noncpu_other = NULL;
 
     size_t t = 0;
     tests[t++] = (struct CMUnitTest){"nan_never_passes", test_nan_never_passes, NULL, NULL, NULL};
@@ -213,6 +220,7 @@ int main(void)
     for (size_t i = 0; i < g_nbackends; i++)
         rssm_backend_destroy(&g_backends[i].b);
     rssm_backend_destroy(&g_cpu_other);
+    rssm_backend_destroy(&g_noncpu_other);
     free(g_backends);
     free(g_cases);
     free(tests);

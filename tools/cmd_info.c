@@ -8,11 +8,15 @@
 
 static void help(void)
 {
-    printf("usage: rssm info\n"
+    printf("usage: rssm info [--started]\n"
            "\n"
            "Lists the backends built into this rssm, in order of preference. For each, tries\n"
            "to start it and prints its device and features, or why it could not start.\n"
-           "A backend listed as built in may still find no device on this machine.\n");
+           "A backend listed as built in may still find no device on this machine.\n"
+           "\n"
+           "options:\n"
+           "  --started   print only the names of the backends that start, one per line\n"
+           "              (for scripts: for b in $(rssm info --started); do ...)\n");
 }
 
 /* Prints `text` with every line indented. */
@@ -29,12 +33,26 @@ static void print_indented(const char *text)
 
 int cmd_info(int argc, char **argv)
 {
+    int started_only = 0;
     for (int i = 1; i < argc; i++) {
         if (cli_flag(argv[i], "--help") || cli_flag(argv[i], "-h")) {
             help();
             return 0;
         }
+        if (cli_flag(argv[i], "--started")) {
+            started_only = 1;
+            continue;
+        }
         return cli_unknown("info", argv[i]);
+    }
+    if (started_only) {
+        for (size_t i = 0; i < rssm_backend_name_count(); i++) {
+            rssm_backend *b = NULL;
+            if (rssm_backend_create(rssm_backend_name_at(i), &b, NULL) == RSSM_OK)
+                printf("%s\n", rssm_backend_name_at(i));
+            rssm_backend_destroy(&b);
+        }
+        return 0;
     }
     printf("rssm backends built in: %zu\n", rssm_backend_name_count());
     int any = 0;

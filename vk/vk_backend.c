@@ -86,7 +86,9 @@ static void vk_pool_destroy(void *vctx, void *vpool)
     vk_pool *p = vpool;
     if (!p)
         return;
+    pthread_mutex_lock(&ctx->queue_lock);
     ctx->vk.vkQueueWaitIdle(ctx->queue);
+    pthread_mutex_unlock(&ctx->queue_lock);
     vk_buffer_destroy(ctx, &p->staging);
     vk_buffer_destroy(ctx, &p->pool);
     free(p);

@@ -41,6 +41,9 @@ static void io_layout_init(vk_io_layout *io, const rssm_model *m, uint32_t max_r
     io->total = at;
 }
 
+static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandBufferAllocateInfo *ai,
+                                      rssm_error *err);
+
 static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
     VkCommandBufferAllocateInfo ai = {
@@ -49,7 +52,17 @@ static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
         .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
         .commandBufferCount = 1,
     };
-    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &b->step_cmd);
+    /* The command pool is shared: allocate and record under the lock. */
+    pthread_mutex_lock(&ctx->queue_lock);
+    rssm_status st = record_step_locked(ctx, b, &ai, err);
+    pthread_mutex_unlock(&ctx->queue_lock);
+    return st;
+}
+
+static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandBufferAllocateInfo *ai,
+                                      rssm_error *err)
+{
+    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, ai, &b->step_cmd);
     if (r != VK_SUCCESS)
         return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
     /* No ONE_TIME_SUBMIT: this buffer is submitted once per step. */
@@ -229,9 +242,11 @@ void vk_batch_destroy(void *vctx, void *vbatch)
     vk_batch *b = vbatch;
     if (!b)
         return;
+    pthread_mutex_lock(&ctx->queue_lock);
     ctx->vk.vkQueueWaitIdle(ctx->queue);
     if (b->step_cmd)
         ctx->vk.vkFreeCommandBuffers(ctx->device, ctx->command_pool, 1, &b->step_cmd);
+    pthread_mutex_unlock(&ctx->queue_lock);
     if (b->step_fence)
         ctx->vk.vkDestroyFence(ctx->device, b->step_fence, NULL);
     if (b->queries)
@@ -336,7 +351,9 @@ rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row
     };
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_mutex_lock(&ctx->queue_lock);
     VkResult r = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, b->step_fence);
+    pthread_mutex_unlock(&ctx->queue_lock);
     if (r != VK_SUCCESS)
         return vk_fail(ctx, r, "vkQueueSubmit (step)", err);
     r = ctx->vk.vkWaitForFences(ctx->device, 1, &b->step_fence, VK_TRUE, UINT64_MAX);

@@ -440,6 +440,7 @@ rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
     if (!ctx)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
     ctx->kernels = kernels;
+    pthread_mutex_init(&ctx->queue_lock, NULL);
     ctx->validation = env_on("RSSM_VK_VALIDATION");
     /* The emulated tiles use the common 16x16x16 shape; read_coopmat
      * replaces it with a device shape for the real ones. */
@@ -498,6 +499,7 @@ void vk_ctx_destroy(vk_ctx *ctx)
         ctx->fi.DestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
     if (ctx->instance)
         ctx->fi.DestroyInstance(ctx->instance, NULL);
+    pthread_mutex_destroy(&ctx->queue_lock);
     free(ctx);
 }
 

@@ -6,6 +6,7 @@
 #include "vk_compat.h"
 #include "backend.h"
 
+#include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -70,7 +71,10 @@ typedef struct vk_ctx {
     uint32_t tile_m, tile_n, tile_k;   /* tile shape the `_cm` kernels use */
     char coopmat_note[160];    /* why coopmat is off, or its shapes */
 
-    VkCommandPool command_pool;
+    /* The queue and transfer_cmd are shared by every pool and batch of this
+     * backend, which rssm.h lets callers use from different threads. */
+    pthread_mutex_t queue_lock;
+    VkCommandPool command_pool;     /* used under queue_lock */
     VkCommandBuffer transfer_cmd;   /* one-shot copies, always waited on */
     VkFence transfer_fence;
     VkPipelineCache pipeline_cache;
@@ -125,9 +129,10 @@ typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST } vk_memory_kind;
 rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind,
                              vk_buffer *out, rssm_error *err);
 void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
-/* Records into ctx->transfer_cmd: begin (with a barrier after all earlier
- * device work) ... submit_wait (barrier to host and shader reads, submit,
- * wait). */
+/* Records into ctx->transfer_cmd: begin (takes queue_lock; a barrier after
+ * all earlier device work) ... submit_wait (barrier to host and shader
+ * reads, submit, wait; releases queue_lock). After a successful begin the
+ * caller always calls submit_wait. */
 rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);

@@ -103,22 +103,25 @@ static void full_barrier(vk_ctx *ctx, VkCommandBuffer cb, VkPipelineStageFlags d
 
 rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err)
 {
+    pthread_mutex_lock(&ctx->queue_lock);
     VkResult r = ctx->vk.vkResetCommandBuffer(ctx->transfer_cmd, 0);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkResetCommandBuffer", err);
     VkCommandBufferBeginInfo bi = {
         .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO,
         .flags = VK_COMMAND_BUFFER_USAGE_ONE_TIME_SUBMIT_BIT,
     };
-    if ((r = ctx->vk.vkBeginCommandBuffer(ctx->transfer_cmd, &bi)) != VK_SUCCESS)
+    if (r == VK_SUCCESS)
+        r = ctx->vk.vkBeginCommandBuffer(ctx->transfer_cmd, &bi);
+    if (r != VK_SUCCESS) {
+        pthread_mutex_unlock(&ctx->queue_lock);
         return vk_fail(ctx, r, "vkBeginCommandBuffer", err);
+    }
     /* Earlier steps' shader writes (the pool) before these copies. */
     full_barrier(ctx, ctx->transfer_cmd, VK_PIPELINE_STAGE_TRANSFER_BIT,
                  VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_TRANSFER_WRITE_BIT);
     return RSSM_OK;
 }
 
-rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err)
+static rssm_status submit_wait_locked(vk_ctx *ctx, rssm_error *err)
 {
     /* The copies' results to the host (staging reads) and to later shaders. */
     full_barrier(ctx, ctx->transfer_cmd, VK_PIPELINE_STAGE_HOST_BIT | VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
@@ -139,7 +142,14 @@ rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err)
         return vk_fail(ctx, r, "vkWaitForFences (transfer)", err);
     if (r2 != VK_SUCCESS)
         return vk_fail(ctx, r2, "vkResetFences", err);
-    return vk_check_validation(ctx, err);
+    return RSSM_OK;
+}
+
+rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err)
+{
+    rssm_status st = submit_wait_locked(ctx, err);
+    pthread_mutex_unlock(&ctx->queue_lock);
+    return st == RSSM_OK ? vk_check_validation(ctx, err) : st;
 }
 
 static int cmp_double(const void *a, const void *b)

@@ -419,10 +419,42 @@ int run_conformance(bool quick, uint64_t seed)
         rssm_model k2 = bench_model(RSSM_GATE_KDA, 2, 2, 64, 48, 1, 1, 16, RSSM_DTYPE_BF16, RSSM_DTYPE_F16,
                                     RSSM_DTYPE_BF16, RSSM_GATE_RAW_SAFE);
         cases.push_back(make_case("kda K=64 V=48 L=16 bf16/fp16 raw-safe", k2, 4, 4, 40, 0.05));
+        /* the same odd shapes packed (the stream kernel without a ring) */
+        rssm_model po = bench_model(RSSM_GATE_GDN, 3, 6, 36, 20, 2, 0, 1, RSSM_DTYPE_F32, RSSM_DTYPE_F32,
+                                    RSSM_DTYPE_BF16, RSSM_GATE_RAW);
+        cases.push_back(make_case("gdn packed odd K=36 V=20 H=3 HV=6 fp32", po, 3, 5, 6, 0.0));
+        po.state_dtype = RSSM_DTYPE_BF16;
+        cases.push_back(make_case("gdn packed odd K=36 V=20 H=3 HV=6 bf16", po, 3, 5, 6, 0.0));
+        rssm_model pk = bench_model(RSSM_GATE_KDA, 2, 2, 64, 48, 1, 0, 1, RSSM_DTYPE_BF16, RSSM_DTYPE_F16,
+                                    RSSM_DTYPE_F32, RSSM_GATE_RAW_SAFE);
+        cases.push_back(make_case("kda packed K=64 V=48 bf16 raw-safe", pk, 4, 4, 6, 0.0));
+        /* the stream kernel's longest ring (16 entries), and one past it
+         * (the pipeline kernel) */
+        rssm_model l17 = bench_model(RSSM_GATE_KDA, 2, 4, 128, 128, 1, 1, 17, RSSM_DTYPE_F32, RSSM_DTYPE_BF16,
+                                     RSSM_DTYPE_BF16, RSSM_GATE_RAW);
+        cases.push_back(make_case("kda L=17 fp32/bf16 raw (longest stream ring)", l17, 4, 5, 40, 0.05));
+        rssm_model l18 = l17;
+        l18.ring_len = 18;
+        l18.gate_kind = RSSM_GATE_GDN;
+        l18.num_qk_heads = 1;
+        cases.push_back(make_case("gdn L=18 fp32/bf16 raw (pipeline kernel)", l18, 4, 5, 40, 0.05));
+        {   /* enough items that every persistent CTA walks several, with
+             * stage reuse and header prefetch (the large-batch path) */
+            rssm_model mi = bench_model(RSSM_GATE_KDA, 32, 32, 128, 128, 1, 1, 16, RSSM_DTYPE_F32, RSSM_DTYPE_F16,
+                                        RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED);
+            cases.push_back(make_case("kda multi-item rows=48 HV=32 L=16 fp32/fp16", mi, 48, 48, quick ? 18 : 34, 0.05));
+            rssm_model mg = bench_model(RSSM_GATE_GDN, 16, 32, 128, 128, 2, 1, 8, RSSM_DTYPE_BF16, RSSM_DTYPE_BF16,
+                                        RSSM_DTYPE_BF16, RSSM_GATE_RAW);
+            if (!quick)
+                cases.push_back(make_case("gdn multi-item rows=40 HV=32 L=8 bf16/bf16", mg, 40, 41, 20, 0.05));
+        }
         if (!quick) {
             rssm_model w = bench_model(RSSM_GATE_GDN, 1, 2, 128, 256, 1, 1, 16, RSSM_DTYPE_F32, RSSM_DTYPE_F32,
                                        RSSM_DTYPE_F32, RSSM_GATE_PRECOMPUTED);
             cases.push_back(make_case("gdn K=128 V=256 L=16 fp32/fp32", w, 3, 3, 40, 0.05));
+            w.replay = 0;
+            w.ring_len = 1;
+            cases.push_back(make_case("gdn packed K=128 V=256 fp32", w, 3, 3, 8, 0.0));
             rssm_model nn = bench_model(RSSM_GATE_KDA, 2, 4, 128, 128, 1, 1, 8, RSSM_DTYPE_F32, RSSM_DTYPE_F32,
                                         RSSM_DTYPE_F32, RSSM_GATE_PRECOMPUTED);
             nn.qk_l2norm = 0;

@@ -5,9 +5,16 @@
 #   bench/h200/run.sh [OUT_DIR]            (default: $OUT, else ./h200-out)
 #
 # STAGES selects parts, run in the order given (default "project conform
-# sanitize bench"; "tune" sweeps launch shapes); QUICK=1
-# shrinks the timing sweep (the sanitizers always run the quick conformance). Logs, the JSON, the markdown table
-# and the PNG land in OUT_DIR; copy the last three into bench/results/.
+# sanitize bench"; also "tune" (launch-shape sweep of the pipeline kernel),
+# "profile" (Nsight Compute on batch-256 launches, plus the SASS) and
+# "memcheck_big" (compute-sanitizer on those launches)). QUICK=1 shrinks the
+# timing sweep to the families the targets name (L = 16, all batches) and the
+# conformance to its quick set; the sanitizers always run the quick set.
+# Conformance runs twice: with the library's kernels (the stream kernels where
+# they apply) and with RSSM_CUDA_KERNEL=pipeline (the general kernel); the
+# benchmark times both kernels on the same setups. The JSON, the markdown
+# table and the PNG land in OUT_DIR with the logs folded into logs.tgz; the
+# committed copies are in bench/results/.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/h200-out}}
 STAGES=${STAGES:-"project conform sanitize bench"}
@@ -23,12 +30,18 @@ JOBS=$(nproc 2>/dev/null || echo 4)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader 2>&1 | head -2
 nvcc --version | tail -1
 
-# 1. The project itself, with the CUDA backend forced on; its CLI's
-#    conformance when it is there (it also compares against the CPU backend).
+# 1. The project itself, with the CUDA backend forced on (built in the
+#    background while the benchmark driver compiles); its CLI's conformance
+#    when it is there (it also compares against the CPU backend).
+build_project() {
+  cmake -S "$ROOT" -B "$BUILD/project" -DCMAKE_BUILD_TYPE=Release -DRSSM_VULKAN=OFF -DRSSM_TESTS=OFF \
+    -DRSSM_CUDA=ON >"$OUT_DIR/project_build.log" 2>&1 &&
+    cmake --build "$BUILD/project" -j "$JOBS" >>"$OUT_DIR/project_build.log" 2>&1
+}
+PROJECT_PID=""
+case " $STAGES " in *" project "*) build_project & PROJECT_PID=$! ;; esac
 stage_project() {
-  if cmake -S "$ROOT" -B "$BUILD/project" -DCMAKE_BUILD_TYPE=Release -DRSSM_VULKAN=OFF -DRSSM_TESTS=OFF \
-       -DRSSM_CUDA=ON >"$OUT_DIR/project_build.log" 2>&1 &&
-     cmake --build "$BUILD/project" -j "$JOBS" >>"$OUT_DIR/project_build.log" 2>&1; then
+  if wait "$PROJECT_PID"; then
     note "project build (RSSM_CUDA=ON): ok"
     CLI=$(find "$BUILD/project" -maxdepth 3 -type f -name rssm -perm -u+x | head -1)
     if [ -n "$CLI" ]; then
@@ -47,13 +60,13 @@ stage_project() {
 
 # 2. The benchmark driver: the kernels and backend sources, the C model code.
 NVFLAGS="-O3 -std=c++17 -Iinclude -Icommon -Icuda -gencode=arch=compute_90a,code=sm_90a \
- -gencode=arch=compute_90,code=compute_90 -Xcompiler=-Wall,-Wextra -Xptxas=-warn-spills"
+ -gencode=arch=compute_90,code=compute_90 -Xcompiler=-Wall,-Wextra"
 set -e
 mkdir -p "$BUILD/bench"
 gcc -O2 -std=c11 -Wall -Wextra -Iinclude -Icommon -c common/model.c -o "$BUILD/bench/model.o"
 gcc -O2 -std=c11 -Wall -Wextra -Iinclude -Icommon -c common/error.c -o "$BUILD/bench/error.o"
 pids=()
-for f in cuda/decode_kernel.cu cuda/cuda_backend.cu bench/h200/h200_conform.cu bench/h200/h200_bench.cu; do
+for f in cuda/decode_kernel.cu cuda/stream_kernel.cu cuda/cuda_backend.cu bench/h200/h200_conform.cu bench/h200/h200_bench.cu; do
   nvcc $NVFLAGS -c "$f" -o "$BUILD/bench/$(basename "$f" .cu).o" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
@@ -63,17 +76,22 @@ BIN="$BUILD/rssm_h200_bench"
 QARG=""; [ "$QUICK" = 1 ] && QARG="--quick"
 
 stage_conform() {
-  if timeout 300 "$BIN" conform >"$OUT_DIR/conform.log" 2>&1; then
-    note "conformance vs float64 oracle: $(tail -1 "$OUT_DIR/conform.log")"
-  else
-    note "conformance vs float64 oracle FAILED: $(tail -1 "$OUT_DIR/conform.log")"
-    grep -E "^FAIL" "$OUT_DIR/conform.log" | head -20
-  fi
+  for kern in default pipeline; do
+    log="$OUT_DIR/conform_$kern.log"
+    if [ $kern = pipeline ]; then export RSSM_CUDA_KERNEL=pipeline; else unset RSSM_CUDA_KERNEL; fi
+    if timeout 300 "$BIN" conform $QARG >"$log" 2>&1; then
+      note "conformance vs float64 oracle ($kern kernels): $(tail -1 "$log")"
+    else
+      note "conformance vs float64 oracle ($kern kernels) FAILED: $(tail -1 "$log")"
+      grep -E "^FAIL" "$log" | head -20
+    fi
+  done
+  unset RSSM_CUDA_KERNEL
 }
 
 stage_sanitize() {
   for tool in memcheck racecheck; do
-    if timeout 240 compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
+    if timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
          >"$OUT_DIR/sanitizer_$tool.log" 2>&1; then
       note "compute-sanitizer $tool: clean ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/sanitizer_$tool.log"))"
     else
@@ -87,8 +105,24 @@ stage_tune() {
   note "launch-shape sweep: see tune.log"
 }
 
+stage_memcheck_big() {
+  timeout 200 compute-sanitizer --tool memcheck --error-exitcode 9 "$BIN" profile >"$OUT_DIR/sanitizer_big.log" 2>&1
+  note "compute-sanitizer memcheck, batch 256 multi-item launches: rc $? ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/sanitizer_big.log"))"
+  grep -m5 -A12 "Invalid" "$OUT_DIR/sanitizer_big.log" | head -40
+}
+
+stage_profile() {
+  timeout 240 ncu --clock-control none -k regex:'decode_kernel|stream_kernel|prologue_kernel' --section SpeedOfLight --section Occupancy \
+    --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
+    "$BIN" profile >"$OUT_DIR/profile.log" 2>&1
+  note "ncu profile: rc $? (profile.log)"
+  grep -E "profile:|Duration|DRAM Throughput|Memory Throughput|Achieved Occupancy|Registers Per|Stall|stall|Warp Cycles Per Issued|Theoretical Occ|Block Limit" \
+    "$OUT_DIR/profile.log" | head -80
+  cuobjdump -sass "$BUILD/bench/decode_kernel.o" >"$OUT_DIR/sass.log" 2>&1 || true
+}
+
 stage_bench() {
-  if timeout 400 "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG 2>&1 | tee "$OUT_DIR/bench.log"; then
+  if timeout "${BENCH_TIMEOUT:-400}" "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG 2>&1 | tee "$OUT_DIR/bench.log"; then
     python3 bench/h200/report.py "$OUT_DIR/h200_results.json" "$OUT_DIR" >"$OUT_DIR/report.log" 2>&1 ||
       note "report FAILED: $(tail -1 "$OUT_DIR/report.log")"
     note "benchmark: done"

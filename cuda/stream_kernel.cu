@@ -1,0 +1,635 @@
+/*
+ * The stream kernels: the decode step as a pure stream of checkpoint tiles
+ * through registers, for the packed decode and for the ReplaySSM decode with
+ * short rings (ring_cap <= 16, i.e. L <= 17).
+ *
+ * Why: the pipeline kernel (decode_kernel.cu) stages every item through
+ * shared memory and CTA barriers and computes the ring coefficients (one exp
+ * per entry and channel, 2n dot products) inside each item, on the critical
+ * path of the stream; on the H200 that held the packed decode at 76-80% of
+ * copy bandwidth and made a full-ring step ~1.45x an empty one
+ * (bench/results/h200_notes.md). Here:
+ *
+ *  - each warp owns 8 * RPL value rows of one (batch row, value head), loads
+ *    its whole tile into registers with independent 16-byte loads (all in
+ *    flight at once), computes and, on a flush, writes the tile back: no
+ *    staging of the state, no barrier beyond __syncwarp, one item per warp;
+ *    latency is hidden by many resident warps, not by a software pipeline;
+ *  - with a ring, the per-(row, head) coefficients are computed once, before
+ *    the stream, by a small prologue kernel (one CTA per (row, value head),
+ *    thread = channel): gamma_j, Gamma, alpha Gamma x, c_j(q), c_j(k) and, on
+ *    a flush, kg_j = k_j gamma_j alpha, into a global scratch buffer. The
+ *    stream kernel is launched as a programmatic dependent of the prologue:
+ *    it issues its checkpoint and ring loads first and waits for the
+ *    prologue's results only then, so the prologue hides behind the loads.
+ *    A non-flush step is then C (alpha Gamma x) plus n-term sums over d_j;
+ *    a flush adds the rank-(n+1) update by FFMA (fp32 throughout, exact
+ *    enough for every ring dtype) as the tile streams out.
+ *
+ * Lane layout (as in the pipeline kernel, so a row's dot products need two
+ * shuffles): lane (g = lane / 4, t4 = lane % 4) holds rows g + 8 i (i < RPL)
+ * and, in each group G of 4 * CPT channels, the CPT channels starting at
+ * G * 4 * CPT + t4 * CPT: one 16-byte (bf16 with K % 8 != 0: 8-byte) vector
+ * per row and group. Ring entries j of a row are split over its 4 lanes
+ * (j = t4 mod 4).
+ *
+ * Packed models (replay off, or L = 1) use the stream kernel without ring
+ * and without prologue: each warp computes the per-channel vectors itself
+ * (a few hundred instructions against 4-8 KiB of state). L = 1 replay takes
+ * this path too, so it is bit-identical to packed, as the semantics require.
+ */
+#include "rssm_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include "kernel_common.cuh"
+
+namespace {
+
+using namespace rssm_kc;
+
+constexpr int kWarps = (int)RSSM_CUDA_STREAM_WARPS;
+constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
+constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING; /* ring entries, at most */
+
+/* The scratch record of one (batch row, value head), in floats: the vectors
+ * over K (padded to kMaxK), the ring coefficients over j (padded to kJ),
+ * beta and k.q, then kg_j [kJ][kMaxK] (written on a flush only). */
+constexpr int kScQW = 0, kScKW = kMaxK, kScAG = 2 * kMaxK, kScKV = 3 * kMaxK;
+constexpr int kScCQ = 4 * kMaxK, kScCK = kScCQ + kJ, kScMisc = kScCK + kJ;
+constexpr int kScKG = kScMisc + 16, kScStride = kScKG + kJ * kMaxK;
+static_assert(kScStride % 4 == 0 && kScKG % 4 == 0, "16-byte aligned vectors");
+
+struct SArgs {
+    rssm_kernel_params p;
+    rssm_cuda_buffers b;
+    uint32_t layer;
+    uint32_t chunks; /* items (warps) per (batch row, value head) */
+};
+
+/* Programmatic dependent launch (sm_90): the prologue lets the stream
+ * kernel start early; the stream kernel waits where it needs the prologue's
+ * results. Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_launch_dependents()
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* The per-channel inputs of (row r, value head hv) for the NC channels
+ * c = first + stride * i this thread owns: q (normalised and scaled), k
+ * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
+ * are over the warp (W = 1) or the CTA of W warps, through red[3 * W]
+ * (shared; every thread of the CTA must call then). */
+struct RowIn {
+    float kq, beta;
+};
+
+template <int NC, int W>
+__device__ __forceinline__ RowIn channel_inputs(const SArgs &a, uint32_t r, uint32_t hv, uint32_t first,
+                                                uint32_t stride, float *q, float *k, float *g, float *alpha,
+                                                float *red)
+{
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
+    const uint32_t h = hv / (HV / H);
+    const size_t io_row = (size_t)a.layer * p.max_rows + r;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const uint32_t Kg = kda ? K : 1u;
+    const size_t qk_at = (io_row * H + h) * K;
+    const float *gate = a.b.gate + (io_row * HV + hv) * Kg;
+    const float b_in = a.b.beta[io_row * HV + hv];
+    float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const uint32_t c = first + stride * i;
+        q[i] = c < K ? load_io(a.b.q, qk_at + c, io_bf16) : 0.0f;
+        k[i] = c < K ? load_io(a.b.k, qk_at + c, io_bf16) : 0.0f;
+        g[i] = c < K ? gate[kda ? c : 0u] : 0.0f;
+        sq += q[i] * q[i];
+        sk += k[i] * k[i];
+        sqk += q[i] * k[i];
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    sqk = warp_sum(sqk);
+    if (W > 1) {
+        const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+        if (lane == 0) {
+            red[3 * warp] = sq;
+            red[3 * warp + 1] = sk;
+            red[3 * warp + 2] = sqk;
+        }
+        __syncthreads();
+        sq = sk = sqk = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            sq += red[3 * w];
+            sk += red[3 * w + 1];
+            sqk += red[3 * w + 2];
+        }
+    }
+    float qn = p.q_scale, kn = 1.0f;
+    if (p.flags & RSSM_FLAG_QK_L2NORM) {
+        qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
+        kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
+    }
+    const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+    const float *dt_bias = a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const uint32_t c = first + stride * i;
+        if (raw && c < K) {
+            const float dt = __ldg(dt_bias + (kda ? c : 0u));
+            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dt)
+                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dt));
+        }
+        alpha[i] = expf(g[i]);
+        q[i] *= qn;
+        k[i] *= kn;
+    }
+    RowIn o;
+    o.kq = sqk * (qn * kn);
+    o.beta = raw ? sigmoid(b_in) : b_in;
+    return o;
+}
+
+/* ------------------------------------------------- the stream kernel */
+
+/* ST: state dtype; CPT: channels per state vector; RT: ring dtype (unused
+ * when !RING); RPL: rows per lane; RING: the model has a ring (and the
+ * prologue has filled the scratch record of every row).
+ * Occupancy: 4 CTAs (16 warps) per SM with 64 registers of state per lane
+ * (RPL = 2 fp32, RPL = 4 bf16 packed), 6-8 CTAs with one row per lane packed; the
+ * register caps are the largest that compile without spills. */
+template <int ST, int CPT, int RT, int RPL, bool RING>
+__global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 ? 6 : 8) stream_kernel(const SArgs a)
+{
+    using SV = StateVec<ST, CPT>;
+    using SVec = typename SV::T;
+    using SRaw = typename Raw<ST>::T;
+    using RRaw = typename Raw<RT>::T;
+    constexpr int NG = kMaxK / (4 * CPT); /* channel groups, at most */
+    constexpr int JL = RING ? kJ / 4 : 1;  /* ring entries per lane and row */
+    /* per warp: alpha Gamma q, alpha Gamma k, alpha Gamma, k; c_j(q), c_j(k);
+     * on a flush d_j of the warp's rows */
+    __shared__ __align__(16) float vec[kWarps][4][kMaxK];
+    __shared__ float cqk[kWarps][2][RING ? kJ : 1];
+    __shared__ float dsm[kWarps][RING ? kJ : 1][8 * RPL];
+
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
+    const uint32_t item = blockIdx.x * (uint32_t)kWarps + warp;
+    const uint32_t per_row = HV * a.chunks;
+    const uint32_t r = item / per_row, rem = item % per_row, hv = rem / a.chunks, chunk = rem % a.chunks;
+    /* Both header loads are issued before either is used: the row's load
+     * must not wait for the row count. */
+    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
+    uint4 hr = make_uint4(0, 0, 0, 0);
+    if (r < p.max_rows)
+        hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+    if (r >= min(rows, p.max_rows))
+        return;
+    const uint32_t slot = hr.x, n = RING ? min(hr.y, cap) : 0u;
+    const bool flush = !RING || n + 1u == p.ring_len || hr.z != 0u;
+
+    /* 1. The tile's loads, and the row's ring entries, all issued before
+     * anything waits on them. */
+    uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+    SRaw *C = reinterpret_cast<SRaw *>(lb) + (size_t)hv * V * K;
+    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
+    SVec x[RPL][NG];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+#pragma unroll
+        for (int G = 0; G < NG; ++G) {
+            const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
+            if (c0 < K && v < V)
+                x[i][G] = __ldcs(reinterpret_cast<const SVec *>(C + (size_t)v * K + c0));
+            else
+                x[i][G] = SVec{};
+        }
+    }
+    RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
+    RRaw dj[RPL][JL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+#pragma unroll
+        for (int jj = 0; jj < JL; ++jj) {
+            const uint32_t j = t4 + 4u * jj, v = v_base + 8u * i;
+            dj[i][jj] = RING && j < n && v < V ? ring_d[(size_t)j * V + v] : RRaw{};
+        }
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const size_t io_row = (size_t)a.layer * p.max_rows + r, v_at = (io_row * HV + hv) * V;
+    float vin[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        vin[i] = v < V ? load_io(a.b.v, v_at + v, io_bf16) : 0.0f;
+    }
+
+    /* 2. The per-channel vectors: from the prologue's record, or computed
+     * here (packed). */
+    float kq, beta;
+    const float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
+    if constexpr (RING) {
+        pdl_wait(); /* the prologue's records are complete and visible */
+        if (4u * lane < K) {
+#pragma unroll
+            for (int w = 0; w < 4; ++w)
+                *reinterpret_cast<float4 *>(&vec[warp][w][4 * lane]) =
+                    *reinterpret_cast<const float4 *>(sc + w * kMaxK + 4 * lane);
+        }
+        if (lane < (uint32_t)kJ) {
+            cqk[warp][0][lane % kJ] = sc[kScCQ + lane % kJ];
+            cqk[warp][1][lane % kJ] = sc[kScCK + lane % kJ];
+        }
+        beta = sc[kScMisc];
+        kq = sc[kScMisc + 1];
+    } else {
+        float qx[4], kx[4], gx[4], al[4];
+        const RowIn in = channel_inputs<4, 1>(a, r, hv, lane, 32u, qx, kx, gx, al, nullptr);
+        kq = in.kq;
+        beta = in.beta;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const uint32_t c = lane + 32u * i;
+            if (c < K) {
+                vec[warp][0][c] = al[i] * qx[i];
+                vec[warp][1][c] = al[i] * kx[i];
+                vec[warp][2][c] = al[i];
+                vec[warp][3][c] = kx[i];
+            }
+        }
+    }
+    __syncwarp();
+
+    /* 3. Sbar q, Sbar k per row: the lane's channels and ring entries, then
+     * the 4 lanes of the row. */
+    float pq[RPL], pk[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+        pq[i] = pk[i] = 0.0f;
+#pragma unroll
+    for (int G = 0; G < NG; ++G) {
+        const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
+        if (c0 >= K)
+            continue;
+#pragma unroll
+        for (int e = 0; e < CPT; e += 4) {
+            const float4 q4 = *reinterpret_cast<const float4 *>(&vec[warp][0][c0 + e]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&vec[warp][1][c0 + e]);
+#pragma unroll
+            for (int i = 0; i < RPL; ++i) {
+                float f[CPT];
+                SV::unpack(x[i][G], f);
+                pq[i] += f[e] * q4.x + f[e + 1] * q4.y + f[e + 2] * q4.z + f[e + 3] * q4.w;
+                pk[i] += f[e] * k4.x + f[e + 1] * k4.y + f[e + 2] * k4.z + f[e + 3] * k4.w;
+            }
+        }
+    }
+    if constexpr (RING) {
+#pragma unroll
+        for (int jj = 0; jj < JL; ++jj) {
+            const uint32_t j = t4 + 4u * jj;
+            if (j >= n)
+                break;
+            const float cq = cqk[warp][0][j % kJ], ck = cqk[warp][1][j % kJ];
+#pragma unroll
+            for (int i = 0; i < RPL; ++i) {
+                const float dv = to_f<RT>(dj[i][jj]);
+                pq[i] += dv * cq;
+                pk[i] += dv * ck;
+            }
+        }
+    }
+#pragma unroll
+    for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+        for (int i = 0; i < RPL; ++i) {
+            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+        }
+
+    /* 4. d and o per row; each of a row's 4 lanes writes a different row, so
+     * the stores spread over the lanes. Not a flush: append d, done. */
+    float d[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        d[i] = beta * (vin[i] - pk[i]);
+        if (t4 == (uint32_t)(i & 3) && v < V) {
+            store_io(a.b.out, v_at + v, io_bf16, pq[i] + d[i] * kq);
+            if (RING && !flush)
+                ring_d[(size_t)n * V + v] = from_f<RT>(d[i]);
+        }
+    }
+    if (!flush)
+        return;
+    if constexpr (RING) {
+#pragma unroll
+        for (int i = 0; i < RPL; ++i)
+#pragma unroll
+            for (int jj = 0; jj < JL; ++jj) {
+                const uint32_t j = t4 + 4u * jj;
+                if (j < n)
+                    dsm[warp][j % kJ][g + 8 * i] = to_f<RT>(dj[i][jj]);
+            }
+        __syncwarp();
+    }
+
+    /* 5. C' = C alpha Gamma + d k^T + sum_j d_j kg_j^T, rounded to the state
+     * dtype, streamed out. */
+#pragma unroll
+    for (int G = 0; G < NG; ++G) {
+        const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
+        if (c0 >= K)
+            continue;
+        float f[RPL][CPT];
+#pragma unroll
+        for (int e = 0; e < CPT; e += 4) {
+            const float4 a4 = *reinterpret_cast<const float4 *>(&vec[warp][2][c0 + e]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&vec[warp][3][c0 + e]);
+            const float ag[4] = {a4.x, a4.y, a4.z, a4.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
+#pragma unroll
+            for (int i = 0; i < RPL; ++i) {
+                float u[CPT];
+                SV::unpack(x[i][G], u);
+#pragma unroll
+                for (int m = 0; m < 4; ++m)
+                    f[i][e + m] = u[e + m] * ag[m] + d[i] * kk[m];
+            }
+        }
+        if constexpr (RING) {
+            /* unrolled by 4, not fully: full unrolling spills at RPL = 1 */
+#pragma unroll 4
+            for (uint32_t j = 0; j < n; ++j) {
+                float dv[RPL];
+#pragma unroll
+                for (int i = 0; i < RPL; ++i)
+                    dv[i] = dsm[warp][j % kJ][g + 8 * i];
+#pragma unroll
+                for (int e = 0; e < CPT; e += 4) {
+                    /* plain loads, not __ldg: the record was written by
+                     * the prologue while this grid was already running */
+                    const float4 k4 = *reinterpret_cast<const float4 *>(sc + kScKG + j * kMaxK + c0 + e);
+#pragma unroll
+                    for (int i = 0; i < RPL; ++i) {
+                        f[i][e] += dv[i] * k4.x;
+                        f[i][e + 1] += dv[i] * k4.y;
+                        f[i][e + 2] += dv[i] * k4.z;
+                        f[i][e + 3] += dv[i] * k4.w;
+                    }
+                }
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RPL; ++i) {
+            const uint32_t v = v_base + 8u * i;
+            if (v < V)
+                __stcs(reinterpret_cast<SVec *>(C + (size_t)v * K + c0), SV::pack(f[i]));
+        }
+    }
+}
+
+/* ------------------------------------------------------ the prologue */
+
+/* One CTA of kMaxK threads per (batch row, value head), thread = channel:
+ * the row's scratch record (see kScQW ...), and the append of k and g to the
+ * ring when the step is not a flush. The ring walk is unrolled over kJ
+ * entries so that all of the row's ring loads are in flight at once. */
+template <int RT>
+__global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
+{
+    using RRaw = typename Raw<RT>::T;
+    __shared__ float red[3 * (kMaxK / 32)];
+    __shared__ __align__(16) float kgs[kJ][kMaxK];
+    __shared__ __align__(16) float qs[kMaxK], ks[kMaxK];
+
+    /* The stream kernel may start now: it has its own loads to issue. */
+    pdl_launch_dependents();
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t r = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / H);
+    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
+    if (r >= min(rows, p.max_rows))
+        return; /* the whole CTA */
+    const uint4 hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+    const uint32_t slot = hr.x, n = min(hr.y, cap);
+    const bool flush = n + 1u == p.ring_len || hr.z != 0u;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t Kg = kda ? K : 1u, c = threadIdx.x;
+    uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+    RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
+    float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+
+    RRaw kj[kJ];
+    float gj[kJ];
+#pragma unroll
+    for (int j = 0; j < kJ; ++j) {
+        const bool in = (uint32_t)j < n && c < K;
+        kj[j] = in ? ring_k[(size_t)j * K + c] : RRaw{};
+        gj[j] = in ? ring_g[(size_t)j * Kg + (kda ? c : 0u)] : 0.0f;
+    }
+    float q, k, gv, alpha;
+    const RowIn in = channel_inputs<1, kMaxK / 32>(a, r, hv, c, 0u, &q, &k, &gv, &alpha, red);
+
+    /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32. */
+    float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
+    float s = 0.0f;
+#pragma unroll
+    for (int j = kJ - 1; j >= 0; --j) {
+        if ((uint32_t)j >= n)
+            continue;
+        const float kg = to_f<RT>(kj[j]) * (expf(s) * alpha);
+        s += gj[j];
+        kgs[j][c] = kg;
+        if (flush)
+            sc[kScKG + j * kMaxK + c] = kg;
+    }
+    const float ag = alpha * expf(s);
+    if (c < K) {
+        sc[kScQW + c] = ag * q;
+        sc[kScKW + c] = ag * k;
+        sc[kScAG + c] = ag;
+        sc[kScKV + c] = k;
+        if (!flush) {
+            if (hv % (HV / H) == 0)
+                ring_k[(size_t)n * K + c] = from_f<RT>(k);
+            if (kda || c == 0)
+                ring_g[(size_t)n * Kg + (kda ? c : 0u)] = gv;
+        }
+    }
+    qs[c] = c < K ? q : 0.0f;
+    ks[c] = c < K ? k : 0.0f;
+    if (c == 0) {
+        sc[kScMisc] = in.beta;
+        sc[kScMisc + 1] = in.kq;
+    }
+    __syncthreads();
+
+    /* c_j(q), c_j(k): one warp per entry, lanes over K. */
+    const uint32_t warp = c >> 5, lane = c & 31u;
+    for (uint32_t j = warp; j < n; j += kMaxK / 32) {
+        float dq = 0.0f, dk = 0.0f;
+        const uint32_t c4 = 4u * lane;
+        if (c4 < K) {
+            const float4 kg = *reinterpret_cast<const float4 *>(&kgs[j][c4]);
+            const float4 q4 = *reinterpret_cast<const float4 *>(&qs[c4]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&ks[c4]);
+            dq = kg.x * q4.x + kg.y * q4.y + kg.z * q4.z + kg.w * q4.w;
+            dk = kg.x * k4.x + kg.y * k4.y + kg.z * k4.z + kg.w * k4.w;
+        }
+        dq = warp_sum(dq);
+        dk = warp_sum(dk);
+        if (lane == 0) {
+            sc[kScCQ + j] = dq;
+            sc[kScCK + j] = dk;
+        }
+    }
+}
+
+/* ------------------------------------------------------------ variants */
+
+using StreamFn = void (*)(const SArgs);
+
+/* State variants: fp32 (4 channels = 16 B), bf16 with K % 8 == 0 (8
+ * channels = 16 B), bf16 otherwise (4 channels = 8 B). Rows per lane 1, 2,
+ * 4; every variant keeps at most 64 registers of state per lane, so fp32
+ * stops at 2, and so does the ring variant (the flush's accumulators spill
+ * at 4 rows of bf16). */
+#define RSSM_STREAM_RPL(ST, CPT, RT, RING)                                                      \
+    {stream_kernel<ST, CPT, RT, 1, RING>, stream_kernel<ST, CPT, RT, 2, RING>,                  \
+     ST == kF32 || RING ? nullptr : stream_kernel<ST, CPT, RT, ST == kF32 || RING ? 2 : 4, RING>}
+#define RSSM_STREAM_STATES(RT, RING)                                                            \
+    {RSSM_STREAM_RPL(kF32, 4, RT, RING), RSSM_STREAM_RPL(kBF16, 8, RT, RING),                   \
+     RSSM_STREAM_RPL(kBF16, 4, RT, RING)}
+
+/* [ring dtype, or 3 for no ring][state variant][rows per lane 1, 2, 4] */
+const StreamFn kStream[4][3][3] = {
+    RSSM_STREAM_STATES(kF32, true),
+    RSSM_STREAM_STATES(kF16, true),
+    RSSM_STREAM_STATES(kBF16, true),
+    RSSM_STREAM_STATES(kF32, false),
+};
+#undef RSSM_STREAM_RPL
+#undef RSSM_STREAM_STATES
+
+const StreamFn kPrologue[3] = {prologue_kernel<kF32>, prologue_kernel<kF16>, prologue_kernel<kBF16>};
+
+uint32_t state_variant(const rssm_kernel_params *p)
+{
+    if (p->state_dtype == RSSM_CODE_DTYPE_F32)
+        return 0;
+    return p->head_k % 8u == 0 ? 1u : 2u;
+}
+
+uint32_t max_rpl(const rssm_kernel_params *p)
+{
+    return p->state_dtype == RSSM_CODE_DTYPE_F32 || p->ring_cap != 0 ? 2u : 4u;
+}
+
+uint32_t rpl_index(uint32_t rpl) { return rpl == 4u ? 2u : rpl == 2u ? 1u : 0u; }
+
+uint32_t stream_chunks(const rssm_kernel_params *p, uint32_t rpl)
+{
+    return (p->head_v + 8u * rpl - 1u) / (8u * rpl);
+}
+
+uint32_t stream_grid(const rssm_kernel_params *p, uint32_t rpl)
+{
+    const uint64_t warps = (uint64_t)p->max_rows * p->num_v_heads * stream_chunks(p, rpl);
+    return (uint32_t)((warps + RSSM_CUDA_STREAM_WARPS - 1u) / RSSM_CUDA_STREAM_WARPS);
+}
+
+} /* namespace */
+
+extern "C" int rssm_cuda_stream_supported(const rssm_kernel_params *p)
+{
+    return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING;
+}
+
+extern "C" size_t rssm_cuda_scratch_bytes(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
+{
+    if (plan->kernel != RSSM_CUDA_KERNEL_STREAM || p->ring_cap == 0)
+        return 0;
+    return (size_t)p->max_rows * p->num_v_heads * kScStride * sizeof(float);
+}
+
+extern "C" void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p)
+{
+    /* The most rows per lane (fewest per-channel computations per byte) that
+     * still gives every SM 4 CTAs' worth of warps; batch 1 gets one row per
+     * lane, the most warps for a latency-bound step. */
+    const uint64_t sms = (uint64_t)(plan->sm_count > 0 ? plan->sm_count : 1);
+    const uint64_t want = 4u * RSSM_CUDA_STREAM_WARPS * sms;
+    uint32_t rpl = max_rpl(p);
+    while (rpl > 1u && (uint64_t)p->max_rows * p->num_v_heads * stream_chunks(p, rpl) < want)
+        rpl /= 2u;
+    plan->kernel = RSSM_CUDA_KERNEL_STREAM;
+    plan->rows_per_lane = rpl;
+    plan->grid = stream_grid(p, rpl);
+}
+
+extern "C" cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
+{
+    if (!rssm_cuda_stream_supported(p))
+        return cudaErrorInvalidValue;
+    if (plan->rows_per_lane == 0)
+        rssm_cuda_stream_plan(plan, p);
+    if (plan->rows_per_lane > max_rpl(p))
+        plan->rows_per_lane = max_rpl(p);
+    plan->kernel = RSSM_CUDA_KERNEL_STREAM;
+    plan->grid = stream_grid(p, plan->rows_per_lane);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                               const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream)
+{
+    const bool ring = p->ring_cap != 0;
+    const StreamFn fn = kStream[ring ? p->ring_dtype : 3u][state_variant(p)][rpl_index(plan->rows_per_lane)];
+    if (!fn || plan->grid == 0 || (ring && !b->scratch))
+        return cudaErrorInvalidConfiguration;
+    SArgs a;
+    a.p = *p;
+    a.b = *b;
+    a.layer = layer;
+    a.chunks = stream_chunks(p, plan->rows_per_lane);
+    const dim3 block(32u * RSSM_CUDA_STREAM_WARPS);
+    if (!ring) {
+        fn<<<plan->grid, block, 0, stream>>>(a);
+        return cudaGetLastError();
+    }
+    /* The prologue waits for everything before it (the previous layer's
+     * stream kernel reads the same scratch); the stream kernel depends on
+     * the prologue programmatically (it may start once every prologue CTA
+     * has started, and waits for its completion at pdl_wait). */
+    kPrologue[p->ring_dtype]<<<p->max_rows * p->num_v_heads, RSSM_CUDA_MAX_HEAD_K, 0, stream>>>(a);
+    cudaError_t e = cudaGetLastError();
+    if (e != cudaSuccess)
+        return e;
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(plan->grid);
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = 0;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fn, a);
+}

@@ -1,0 +1,205 @@
+/* The conformance case list and the tolerances cases are held to.
+ *
+ * Every case is named <gate>/<replay|packed>/<what>, for GDN (qwen3.5-gdn
+ * heads) and KDA (kimi-linear-kda heads), and covers one item of DESIGN §6:
+ *   fp32-L16, fp16-ring, bf16-ring, bf16-state   dtypes, 3.5 ring cycles
+ *   L1, L2, L8 (and L16 above)                    ring lengths
+ *   forced-flush                                  snapshot interval 7 < L: flushes mid-ring
+ *   staggered, admitted-apart                     rows at different ring positions
+ *   raw-gate, raw-safe-gate                       gates computed in the kernel
+ *   no-qk-norm, bf16-io                           q/k norm off; bf16 q, k, v, out
+ *   copy-on-write, materialise, export-import     pool operations mid-ring
+ *   L1-equals-packed(-bf16)                       L = 1 replay == packed, bit for bit
+ *   long-4096                                     4096 steps, error does not grow
+ *   packed/...                                    the packed decode itself
+ * Cases with a narrower dtype than fp32 say so in their name; all others use
+ * fp32 state, ring and io, so the tight 1e-5 tolerance applies. */
+#include "conform.h"
+
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+double rh_tolerance(const rssm_model *m)
+{
+    int ring = m->replay && m->ring_len > 1;
+    if (m->state_dtype == RSSM_DTYPE_BF16 || m->io_dtype == RSSM_DTYPE_BF16 ||
+        (ring && m->ring_dtype == RSSM_DTYPE_BF16))
+        return 1e-2;
+    if (ring && m->ring_dtype == RSSM_DTYPE_F16)
+        return 2e-3;
+    return 1e-5;
+}
+
+double rh_backend_tolerance(const rssm_backend *b, const rssm_model *m, double tol)
+{
+    const char *name = rssm_backend_name(b);
+    if (name && strstr(name, "coopmat") && m->replay && tol < 2e-3)
+        return 2e-3;
+    return tol;
+}
+
+#define MAX_CASES 64
+
+/* The template every case starts from: the preset's shape with few layers,
+ * fp32 everywhere (so the tightest tolerance applies unless a case is about
+ * a narrower dtype), 3.5 ring cycles. */
+static rh_case base_case(const char *preset, int replay, uint32_t ring_len, const rh_case_options *o)
+{
+    rh_case c;
+    memset(&c, 0, sizeof c);
+    rssm_model_preset(&c.model, preset, NULL);
+    c.model.layers = o->layers ? o->layers : 2;
+    if (o->head_div > 1) {
+        c.model.num_qk_heads = c.model.num_qk_heads / o->head_div ? c.model.num_qk_heads / o->head_div : 1;
+        c.model.num_v_heads = c.model.num_v_heads / o->head_div ? c.model.num_v_heads / o->head_div : 1;
+    }
+    c.model.replay = replay;
+    c.model.ring_len = ring_len;
+    c.model.ring_dtype = RSSM_DTYPE_F32;
+    c.batch = o->batch ? o->batch : 4;
+    c.policy = RSSM_FLUSH_ALIGNED;
+    return c;
+}
+
+/* Step count, event positions and tolerance, once the model is final. */
+static void finish_case(rh_case *c, const rh_case_options *o)
+{
+    uint32_t L = c->model.replay ? c->model.ring_len : 1;
+    uint32_t steps = c->model.replay ? 3 * L + L / 2 : 16;
+    if (steps < 12)
+        steps = 12;
+    c->steps = o->steps ? o->steps : steps;
+    if (c->event != RH_EVENT_NONE) {
+        /* Mid-ring of the second cycle, then (MIGRATE) back mid-ring of the third. */
+        c->event_step = L + L / 2 - 1;
+        c->event_end = 2 * L + 5;
+        if (c->event_step < 1)
+            c->event_step = 1;
+        if (c->event_step >= c->steps)
+            c->event_step = c->steps / 2;
+        if (c->event_end <= c->event_step || c->event_end >= c->steps)
+            c->event_end = c->event_step + (c->steps - c->event_step) / 2;
+    }
+    c->tol = rh_tolerance(&c->model);
+}
+
+rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t *count, rssm_error *err)
+{
+    rh_case_options o = opt ? *opt : (rh_case_options){0};
+    rh_case *v = calloc(MAX_CASES, sizeof *v);
+    if (!v)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cases: out of host memory");
+    size_t n = 0;
+    static const struct { const char *gate, *preset; } gates[] = {
+        {"gdn", "qwen3.5-gdn"}, {"kda", "kimi-linear-kda"}};
+#define ADD(suffix, mode) (snprintf(c.name, sizeof c.name, "%s/%s/%s", gates[g].gate, mode, suffix), \
+                           finish_case(&c, &o), v[n++] = c)
+    for (size_t g = 0; g < 2; g++) {
+        const char *p = gates[g].preset;
+        rh_case c;
+        /* Ring and state dtypes at L = 16. */
+        c = base_case(p, 1, 16, &o);
+        ADD("fp32-L16", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        ADD("fp16-ring", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-ring", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-state", "replay");
+        /* Ring lengths. */
+        static const uint32_t lens[] = {1, 2, 8};
+        for (size_t i = 0; i < 3; i++) {
+            char s[16];
+            snprintf(s, sizeof s, "L%u", lens[i]);
+            c = base_case(p, 1, lens[i], &o);
+            ADD(s, "replay");
+        }
+        /* Rows at different ring positions. */
+        c = base_case(p, 1, 16, &o);
+        c.snapshot_interval = 7; /* forced flushes mid-ring, on different steps per row */
+        c.expect = RH_EXPECT_FORCED | RH_EXPECT_MIXED;
+        ADD("forced-flush", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.policy = RSSM_FLUSH_STAGGERED;
+        c.expect = RH_EXPECT_MIXED;
+        ADD("staggered", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.admit_every = 5;
+        c.expect = RH_EXPECT_MIXED;
+        ADD("admitted-apart", "replay");
+        /* Gate modes, norm, io. */
+        c = base_case(p, 1, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD("raw-gate", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW_SAFE;
+        ADD("raw-safe-gate", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.qk_l2norm = 0;
+        ADD("no-qk-norm", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-io", "replay");
+        /* Pool operations mid-ring. */
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_COPY;
+        c.expect = RH_EXPECT_MIDRING_EVENT;
+        ADD("copy-on-write", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_MATERIALISE;
+        c.snapshot_interval = 11;
+        c.expect = RH_EXPECT_MIDRING_EVENT | RH_EXPECT_MIXED;
+        ADD("materialise", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.event = RH_EVENT_MIGRATE;
+        c.expect = RH_EXPECT_MIDRING_EVENT;
+        ADD("export-import", "replay");
+        /* L = 1 replay against packed, bit for bit. */
+        c = base_case(p, 1, 1, &o);
+        c.check = RH_CHECK_L1_BITWISE;
+        ADD("L1-equals-packed", "replay");
+        c = base_case(p, 1, 1, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        c.check = RH_CHECK_L1_BITWISE;
+        ADD("L1-equals-packed-bf16", "replay");
+        /* A long decode on a small shape (4096 steps: 256 ring cycles), whose
+         * error must not grow. fp16 ring: the default, and the one that rounds. */
+        c = base_case(p, 1, 16, &o);
+        c.model.layers = 1;
+        c.model.num_qk_heads = 2;
+        c.model.num_v_heads = g ? 2 : 4;
+        c.model.head_k = c.model.head_v = 32;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.batch = 2;
+        c.snapshot_interval = 100;
+        c.check = RH_CHECK_NO_GROWTH;
+        ADD("long-4096", "replay");
+        if (!o.steps)
+            v[n - 1].steps = 4096;
+        /* The packed decode itself. */
+        c = base_case(p, 0, 16, &o);
+        ADD("fp32", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        ADD("bf16-state", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD("raw-gate", "packed");
+        c = base_case(p, 0, 16, &o);
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        c.model.qk_l2norm = 0;
+        ADD("bf16-io-no-qk-norm", "packed");
+    }
+#undef ADD
+    *cases = v;
+    *count = n;
+    return rssm_clear_error(err);
+}
