@@ -111,6 +111,18 @@ rssm_status rssm_backend_supports(const rssm_backend *b, const rssm_model *m, rs
     return b->ops->supports(b->ctx, m, err);
 }
 
+rssm_status rssm_backend_matrix_dtype(const rssm_backend *b, const rssm_model *m, rssm_dtype *dtype,
+                                      rssm_error *err)
+{
+    if (!dtype)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "matrix_dtype: dtype must not be NULL");
+    rssm_status st = rssm_backend_supports(b, m, err);
+    if (st != RSSM_OK)
+        return st;
+    *dtype = b->ops->matrix_dtype ? b->ops->matrix_dtype(b->ctx, m) : RSSM_DTYPE_F32;
+    return rssm_clear_error(err);
+}
+
 static double now_seconds(void)
 {
     struct timespec ts;

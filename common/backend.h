@@ -85,6 +85,10 @@ typedef struct rssm_backend_ops {
      * bytes read plus bytes written, median of several timed copies. */
     rssm_status (*copy_bandwidth)(void *ctx, size_t bytes, double *bytes_per_second,
                                   rssm_error *err);
+
+    /* Optional (NULL: fp32). The dtype the flush's matrix product rounds
+     * its operands to for this model, beyond the storage dtypes. */
+    rssm_dtype (*matrix_dtype)(void *ctx, const rssm_model *m);
 } rssm_backend_ops;
 
 /* Every backend compiled in, in preference order; NULL-terminated. */

@@ -52,6 +52,7 @@ typedef struct cpu_batch {
     float *gate, *beta;
     float *A_log, *dt_bias;       /* [layers][HV], [layers][HV] or [layers][HV][K] */
     rssm_row_header *header;      /* [max_rows], the rows of the current run */
+    size_t *order;                /* [layers * max_rows]: (layer, row) pairs, flushing rows first */
     uint8_t *slot_seen;           /* [pool slots], to reject a slot named twice */
     uint32_t rows;                /* rows of the current run */
     float *scratch;               /* one block per worker */
@@ -186,8 +187,8 @@ static void cpu_describe(void *ctx, char *buf, size_t size)
     snprintf(buf, size,
              "device: %s\n"
              "threads: %u (%s)\n"
-             "kernels: %s (variant '%s', %s; built in: %s; every variant gives the same "
-             "bits), fp32 arithmetic without FMA contraction\n",
+             "kernels: %s (variant '%s', %s; built in: %s), fp32 arithmetic, FMA where the "
+             "variant has it\n",
              c->device, c->thread_count,
              c->threads_from_env ? "from RSSM_CPU_THREADS" : "online cores; set RSSM_CPU_THREADS to change",
              c->variant->isa(), c->variant->name,
@@ -282,6 +283,7 @@ static void cpu_batch_destroy(void *ctx, void *batch)
     free(b->A_log);
     free(b->dt_bias);
     free(b->header);
+    free(b->order);
     free(b->slot_seen);
     free(b->scratch);
     free(b);
@@ -322,11 +324,12 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     b->A_log = calloc(p->layers * HV, sizeof(float));
     b->dt_bias = calloc(p->layers * HV * gw, sizeof(float));
     b->header = calloc(p->max_rows, sizeof *b->header);
+    b->order = calloc(lr, sizeof *b->order);
     b->slot_seen = calloc(b->pool->slots, 1);
     b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
     if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
-        !b->header || !b->slot_seen || !b->scratch) {
+        !b->header || !b->order || !b->slot_seen || !b->scratch) {
         cpu_batch_destroy(ctx, b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
                               "cpu batch: could not allocate buffers for %u rows x %u layers",
@@ -388,29 +391,27 @@ static rssm_status cpu_batch_upload(void *ctx, void *batch, uint32_t rows, const
 typedef struct run_args {
     cpu_batch *b;
     rssm_cpu_step_io io;
-    size_t chunk; /* heads per work item */
+    uint32_t chunk;  /* value heads per work item */
+    uint32_t parts;  /* work items per (layer, row): ceil(HV / chunk) */
 } run_args;
 
-/* Item i is the heads [i*chunk, (i+1)*chunk) of the (layer, row, hv)
- * enumeration with hv fastest: consecutive heads of one (layer, row) are
- * consecutive checkpoints in memory, so one worker streams through a chunk
- * and the kernel's prefetch runs ahead into the next head. */
+/* Item i is `chunk` consecutive value heads of the (layer, row) pair
+ * b->order[i / parts]: consecutive heads are consecutive checkpoints in
+ * memory, so one worker streams through a chunk and the kernel's prefetch
+ * runs ahead into the next head. */
 static void run_item(void *ctx, size_t item, unsigned worker)
 {
     run_args *a = ctx;
     cpu_batch *b = a->b;
     const uint32_t HV = b->params.num_v_heads;
-    const size_t total = (size_t)b->params.layers * b->rows * HV;
-    const size_t end = (item + 1) * a->chunk < total ? (item + 1) * a->chunk : total;
+    const size_t lr = b->order[item / a->parts];
+    const uint32_t row = (uint32_t)(lr % b->rows), layer = (uint32_t)(lr / b->rows);
+    const uint32_t first = (uint32_t)(item % a->parts) * a->chunk;
+    const uint32_t end = first + a->chunk < HV ? first + a->chunk : HV;
     float *scratch = b->scratch + (size_t)worker * b->scratch_floats;
-    for (size_t i = item * a->chunk; i < end; i++) {
-        const uint32_t hv = (uint32_t)(i % HV);
-        const size_t lr = i / HV;
-        const uint32_t row = (uint32_t)(lr % b->rows);
-        const uint32_t layer = (uint32_t)(lr / b->rows);
+    for (uint32_t hv = first; hv < end; hv++)
         b->ctx->variant->step(&b->params, b->pool->base, &a->io, &b->header[row], row, layer, hv,
                               scratch);
-    }
 }
 
 static double now_seconds(void)
@@ -460,13 +461,28 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
         .io = {.q = b->q, .k = b->k, .v = b->v, .gate = b->gate, .beta = b->beta,
                .A_log = b->A_log, .dt_bias = b->dt_bias, .out = b->out},
     };
-    /* About 8 items per thread balances uneven heads (flush or not, ring
-     * positions); at most one (layer, row) worth of heads per item. */
-    const size_t heads = (size_t)p->layers * rows * p->num_v_heads;
+    /* A flushing row costs several times a readout-only row (the rank-(n+1)
+     * update is compute bound). Items are handed out in order, so the
+     * flushing rows go first and the cheap ones fill in behind them: with
+     * staggered flushes (one or two rows of a batch flush at each step) a
+     * flushing row handed out last would leave the other threads idle. */
+    const size_t lrs = (size_t)p->layers * rows;
+    size_t at = 0;
+    for (int want_flush = 1; want_flush >= 0; want_flush--)
+        for (size_t lr = 0; lr < lrs; lr++) {
+            const rssm_row_header *h = &hdr[lr % rows];
+            const int flushes = !replay || h->write_pos + 1 == p->ring_len || h->force != 0;
+            if (flushes == want_flush)
+                b->order[at++] = lr;
+        }
+    /* About 8 items per thread balances uneven heads (ring positions); at
+     * most one (layer, row) worth of heads per item. */
+    const size_t heads = (size_t)lrs * p->num_v_heads;
     size_t chunk = heads / ((size_t)c->thread_count * 8);
-    a.chunk = chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk);
+    a.chunk = (uint32_t)(chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk));
+    a.parts = (p->num_v_heads + a.chunk - 1) / a.chunk;
     const double t0 = now_seconds();
-    rssm_thread_pool_for(c->threads, (heads + a.chunk - 1) / a.chunk, run_item, &a);
+    rssm_thread_pool_for(c->threads, lrs * a.parts, run_item, &a);
     b->last_seconds = now_seconds() - t0;
     return rssm_clear_error(err);
 }

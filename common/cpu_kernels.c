@@ -6,24 +6,38 @@
  *   1. load q, k, v; normalise, scale; compute the gate (g, alpha, beta);
  *   2. walk the ring newest to oldest once: decays gamma_j and Gamma, the
  *      weighted keys W_j = k_j * gamma_j * alpha (the same vectors serve the
- *      readout coefficients and the flush), and the 2n coefficients
- *      c_j(q) = W_j . q, c_j(k) = W_j . k;
+ *      readout coefficients and the flush; GDN forms them only on a flush,
+ *      its readout scales k_j . x by the scalar decay instead), and the 2n
+ *      coefficients c_j(q) = W_j . q, c_j(k) = W_j . k;
  *   3. the ring part of S̄q and S̄k for every value row: one n-term sum per
  *      row, computed for all rows at once;
  *   4. one pass over the checkpoint rows, four at a time: both dot products
- *      C[v] . (aG*q) and C[v] . (aG*k) share each load of C[v]; then d and
- *      o; on a flush the new rows C'[v] = C[v]*aG + sum_j d_j[v] W_j + d[v] k
+ *      C[v] . (aG*q) and C[v] . (aG*k) share each load of C[v]; on a flush d
+ *      and o of the block, then the new rows C'[v] = C[v]*aG + sum_j d_j[v] W_j + d[v] k
  *      are written right away, while the block is still in L1, so C is read
  *      from memory once and written once;
- *   5. no flush: append (d, k, g) to the ring.
+ *   5. no flush: d and o for all rows, as vectors, and the append of
+ *      (d, k, g) to the ring.
  * Packed decode is this with n = 0 and every step a flush: the same code,
- * hence bit-identical to replay with L = 1.
+ * hence bit-identical to replay with L = 1 within one build and variant.
+ *
+ * Why it is shaped so (measured on a 2-core Zen 4 VM, 64 KiB fp32 heads):
+ * reading a head costs nearly as much as reading and writing it, so replay
+ * only wins if its readout streams C at memory speed and the rest stays
+ * small. Compute is not hidden behind the stream: work done between the
+ * loads of C (the per-head setup, the ring terms, scalar tails) adds to the
+ * step almost one for one. Hence FMA, q and k held in registers for the
+ * whole pass (AVX-512), no per-row scalar work on readout-only steps, and
+ * the flush's rank-(n+1) update register-blocked so it runs near the FMA
+ * peak, which is what bounds it.
  *
  * Elementwise loops over K or V are plain loops over contiguous
  * restrict-qualified arrays, which the compiler vectorises. Reductions keep
- * RSSM_LANES independent partial sums added in a fixed order, written with
- * explicit vectors (see "sums and blocks"): nothing is reassociated, so
- * every build and variant (SSE2, AVX2, AVX-512, plain C) gives the same bits.
+ * independent partial sums added in a fixed order, written with explicit
+ * vectors (see "sums and blocks"). Results are deterministic for a given
+ * build and variant (the thread count does not change them), but variants
+ * differ in the last bits: FMA contraction and the shape of the sums depend
+ * on the vector width. Every variant meets the oracle tolerances.
  *
  * The file has two parts: the shared scalar code and the dispatch
  * (RSSM_CPU_KERNELS_BODY undefined), and the body, which depends on the
@@ -34,9 +48,12 @@
 
 /* Two code generation settings this file depends on, pinned here so that a
  * change of build flags cannot undo them:
- * - no FMA contraction: -std=c11 already implies it, but a GNU dialect or a
- *   -march with FMA would otherwise fuse a*b+c where the hardware allows,
- *   and the same source would give different bits on different builds;
+ * - FMA contraction on: -std=c11 turns it off, and without it every
+ *   multiply-add of the dot products and the flush is two instructions,
+ *   which made the flush (the bound of the replay cycle) a third slower.
+ *   Where the target has no FMA (the SSE2 baseline) nothing changes. Packed
+ *   and L = 1 replay run the same code, so they still agree bit for bit;
+ *   different variants do not (see above);
  * - no trapping math: the branch-free conversions and fast_expf are selects
  *   between values computed unconditionally, and under the default
  *   -ftrapping-math GCC will not if-convert a select whose arms hold
@@ -160,12 +177,10 @@ static float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 /* ------------------------------------------------------ sums and blocks
  *
- * Every dot product over K keeps RSSM_LANES = 8 partial sums (lane l adds
- * the products of the elements i = l mod 8, in order of i) and adds them in
- * one fixed tree: t_l = s_l + s_(l+4), then (t_0 + t_2) + (t_1 + t_3). The
- * body below computes the partial sums with vectors of whatever width its
- * variant has; the tree and everything else is the same arithmetic in the
- * same order, so every variant computes the same bits. */
+ * Every dot product over K keeps RSSM_LANES = 8 lanes of partial sums (lane
+ * l adds the products of the elements i = l mod 8; several independent sets
+ * of them where the vector width allows, see RSSM_SETS) and adds the lanes
+ * in one fixed tree: t_l = s_l + s_(l+4), then (t_0 + t_2) + (t_1 + t_3). */
 #define RSSM_LANES 8u
 /* Checkpoint rows per block of the row pass; V is a multiple of 4. */
 #define RSSM_ROW_BLOCK 4u
@@ -192,6 +207,7 @@ typedef struct scratch_map {
     float *W;      /* [cap][K] weighted ring keys */
     float *D;      /* [cap][V] ring d as fp32 (16-bit rings only) */
     float *cq, *ck; /* [cap] c_j(q), c_j(k) */
+    float *wg;      /* [cap] GDN: the decay gamma_j * alpha of each entry */
 } scratch_map;
 
 static size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_map *m)
@@ -209,7 +225,7 @@ static size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_m
     TAKE(row, RSSM_ROW_BLOCK * K); TAKE(rout, RSSM_ROW_BLOCK * K);
     TAKE(v, V); TAKE(d, V); TAKE(o, V); TAKE(rq, V); TAKE(rk, V);
     TAKE(W, cap * K); TAKE(D, cap * V);
-    TAKE(cq, cap); TAKE(ck, cap);
+    TAKE(cq, cap); TAKE(ck, cap); TAKE(wg, cap);
 #undef TAKE
     return at;
 }
@@ -236,10 +252,12 @@ static inline void prefetch_bytes(const void *p, size_t bytes)
  *
  * The body is compiled for the instruction set of the build flags (the
  * "baseline": SSE2 on a plain x86-64 build) and, with GCC on x86-64 when the
- * flags do not already include it, once more for AVX2 + F16C, picked at run
- * time when the CPU has it: eight-wide vectors and the half-precision
- * conversion instructions make the ring and the flush about twice as fast,
- * and a portable binary should not give that up. */
+ * flags do not already include AVX2, twice more: for AVX2 + FMA + F16C and
+ * for AVX-512 on top of that, picked at run time by what the CPU has.
+ * Eight-wide vectors, FMA and the half-precision conversion instructions
+ * make the ring and the flush about twice as fast; AVX-512's 32 registers
+ * hold q and k through the checkpoint pass (a replay step about 20% faster
+ * than AVX2 on Zen 4). A portable binary should not give that up. */
 #define RSSM_CPU_KERNELS_BODY
 #define RSSM_KSUFFIX base
 #include "cpu_kernels.c"
@@ -573,56 +591,6 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
         return;
     }
 #endif
-#if RSSM_VECTOR_EXT && defined(RSSM_EXP_INTERLEAVE)
-    {
-        const float *restrict r0 = rows, *restrict r1 = rows + K, *restrict r2 = rows + 2 * (size_t)K,
-                              *restrict r3 = rows + 3 * (size_t)K;
-        vf a0 = vzero(), a1 = vzero(), a2 = vzero(), a3 = vzero();
-        vf b0 = vzero(), b1 = vzero(), b2 = vzero(), b3 = vzero();
-        uint32_t i = 0;
-        for (; i + RSSM_VF <= K; i += RSSM_VF) {
-            const vf xv = vload(x + i), yv = vload(y + i);
-            vf c = vload(r0 + i);
-            a0 += c * xv; b0 += c * yv;
-            c = vload(r1 + i);
-            a1 += c * xv; b1 += c * yv;
-            c = vload(r2 + i);
-            a2 += c * xv; b2 += c * yv;
-            c = vload(r3 + i);
-            a3 += c * xv; b3 += c * yv;
-        }
-#if RSSM_VF == 8
-        v4 h[8] = {
-            __builtin_shufflevector(a0, a0, 0, 1, 2, 3) + __builtin_shufflevector(a0, a0, 4, 5, 6, 7),
-            __builtin_shufflevector(a1, a1, 0, 1, 2, 3) + __builtin_shufflevector(a1, a1, 4, 5, 6, 7),
-            __builtin_shufflevector(a2, a2, 0, 1, 2, 3) + __builtin_shufflevector(a2, a2, 4, 5, 6, 7),
-            __builtin_shufflevector(a3, a3, 0, 1, 2, 3) + __builtin_shufflevector(a3, a3, 4, 5, 6, 7),
-            __builtin_shufflevector(b0, b0, 0, 1, 2, 3) + __builtin_shufflevector(b0, b0, 4, 5, 6, 7),
-            __builtin_shufflevector(b1, b1, 0, 1, 2, 3) + __builtin_shufflevector(b1, b1, 4, 5, 6, 7),
-            __builtin_shufflevector(b2, b2, 0, 1, 2, 3) + __builtin_shufflevector(b2, b2, 4, 5, 6, 7),
-            __builtin_shufflevector(b3, b3, 0, 1, 2, 3) + __builtin_shufflevector(b3, b3, 4, 5, 6, 7),
-        };
-        if (i < K) { /* K % 8 == 4 */
-            v4 xt, yt, c;
-            memcpy(&xt, x + i, sizeof xt);
-            memcpy(&yt, y + i, sizeof yt);
-            const float *rr[4] = {r0, r1, r2, r3};
-            for (uint32_t r = 0; r < 4; r++) {
-                memcpy(&c, rr[r] + i, sizeof c);
-                h[r] += c * xt;
-                h[4 + r] += c * yt;
-            }
-        }
-#else
-        v4 h[8] = {a0, a1, a2, a3, b0, b1, b2, b3};
-#endif
-        const v4 rx = last_levels(h[0], h[1], h[2], h[3]);
-        const v4 ry = last_levels(h[4], h[5], h[6], h[7]);
-        memcpy(sx, &rx, sizeof rx);
-        memcpy(sy, &ry, sizeof ry);
-        return;
-    }
-#endif
     const uint32_t body = K & ~(RSSM_LANES - 1), has_tail = body < K; /* K % 8 is 0 or 4 */
 #if RSSM_VECTOR_EXT
     v4 tx[RSSM_ROW_BLOCK], ty[RSSM_ROW_BLOCK];
@@ -634,11 +602,11 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
 #endif
     for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
         const float *restrict row = rows + (size_t)r * K;
-        vf sx_[RSSM_SETS][RSSM_NV], sy_[RSSM_SETS][RSSM_NV], ax[RSSM_NV], ay[RSSM_NV];
+        vf setx[RSSM_SETS][RSSM_NV], sety[RSSM_SETS][RSSM_NV], ax[RSSM_NV], ay[RSSM_NV];
         for (uint32_t t = 0; t < RSSM_SETS; t++) {
             for (uint32_t u = 0; u < RSSM_NV; u++) {
-                sx_[t][u] = vzero();
-                sy_[t][u] = vzero();
+                setx[t][u] = vzero();
+                sety[t][u] = vzero();
             }
         }
         uint32_t i = 0;
@@ -647,20 +615,20 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
                 for (uint32_t u = 0; u < RSSM_NV; u++) {
                     const uint32_t at = i + t * RSSM_LANES + u * RSSM_VF;
                     const vf rv = vload(row + at);
-                    sx_[t][u] += rv * vload(x + at);
-                    sy_[t][u] += rv * vload(y + at);
+                    setx[t][u] += rv * vload(x + at);
+                    sety[t][u] += rv * vload(y + at);
                 }
             }
         }
         for (; i < body; i += RSSM_LANES) {
             for (uint32_t u = 0; u < RSSM_NV; u++) {
                 const vf rv = vload(row + i + u * RSSM_VF);
-                sx_[0][u] += rv * vload(x + i + u * RSSM_VF);
-                sy_[0][u] += rv * vload(y + i + u * RSSM_VF);
+                setx[0][u] += rv * vload(x + i + u * RSSM_VF);
+                sety[0][u] += rv * vload(y + i + u * RSSM_VF);
             }
         }
-        merge_sets(sx_, ax);
-        merge_sets(sy_, ay);
+        merge_sets(setx, ax);
+        merge_sets(sety, ay);
 #if RSSM_VECTOR_EXT
         v4 rt = {0}, px = {0}, py = {0};
         if (has_tail) {
@@ -729,15 +697,12 @@ static void ring_sums(float *restrict rq, float *restrict rk, const float *restr
 
 /* The flush's block: RSSM_FLUSH_ROWS rows x RSSM_FLUSH_COLS columns of
  * accumulators held in registers while the n ring terms are added; each W_j
- * load serves all the rows, each d_j[v] broadcast all the columns. 8 SSE or
- * AVX registers hold 2x16 or 4x16; with AVX-512's 32 registers 4x32 (16 of
- * them) leaves the loop bound by arithmetic rather than loads. */
+ * load serves all the rows, each d_j[v] broadcast all the columns: 2x16 or
+ * 4x16 in 8 SSE or AVX registers, leaving the loop bound by the FMAs. (With
+ * AVX-512, flush_cols16 below; 4x32 in 16 eight-wide registers was a third
+ * slower than 4x16.) */
 #define RSSM_FLUSH_ROWS (RSSM_VF >= 8u ? 4u : 2u)
-#if defined(__AVX512F__) && RSSM_VF == 8
-#define RSSM_FLUSH_COLS 32u
-#else
 #define RSSM_FLUSH_COLS 16u
-#endif
 
 /* Columns [c, c + nv * RSSM_VF) of RSSM_FLUSH_ROWS rows of the new
  * checkpoint; nv is a constant at each call site, so acc is registers. */
@@ -773,11 +738,57 @@ static inline void flush_cols(float *out, const float *crow, const float *restri
  * the same order. out may be crow (an fp32 checkpoint is updated in place):
  * each block is read whole before any of it is written, so out and crow are
  * not restrict. */
+#if RSSM_VECTOR_EXT && defined(__AVX512F__)
+/* flush_cols with 16-wide vectors, RSSM_FLUSH_ROWS rows x 32 columns: the
+ * same arithmetic, half the instructions; measured faster on Zen 4 even
+ * though its FMA units are 256 bits wide. */
+#define flush_cols16 RSSM_KFN(flush_cols16)
+static inline void flush_cols16(float *out, const float *crow, const float *restrict aG,
+                                const float *restrict W, const float *restrict dcol,
+                                uint32_t dstride, uint32_t n, uint32_t K,
+                                const float *restrict dv, const float *restrict k, uint32_t c)
+{
+    enum { RB = RSSM_FLUSH_ROWS };
+    v16 acc[RB][2], t;
+    for (uint32_t u = 0; u < 2; u++) {
+        v16 g;
+        memcpy(&g, aG + c + 16 * u, sizeof g);
+        for (uint32_t r = 0; r < RB; r++) {
+            memcpy(&t, crow + (size_t)r * K + c + 16 * u, sizeof t);
+            acc[r][u] = t * g;
+        }
+    }
+    for (uint32_t j = 0; j < n; j++) {
+        const float *restrict w = W + (size_t)j * K + c;
+        const float *restrict dj = dcol + (size_t)j * dstride;
+        v16 w0, w1;
+        memcpy(&w0, w, sizeof w0);
+        memcpy(&w1, w + 16, sizeof w1);
+        for (uint32_t r = 0; r < RB; r++) {
+            acc[r][0] += w0 * dj[r];
+            acc[r][1] += w1 * dj[r];
+        }
+    }
+    for (uint32_t u = 0; u < 2; u++) {
+        v16 kv;
+        memcpy(&kv, k + c + 16 * u, sizeof kv);
+        for (uint32_t r = 0; r < RB; r++) {
+            t = acc[r][u] + kv * dv[r];
+            memcpy(out + (size_t)r * K + c + 16 * u, &t, sizeof t);
+        }
+    }
+}
+#endif
+
 static void flush_rows(float *out, const float *crow, const float *restrict aG,
                        const float *restrict W, const float *restrict dcol, uint32_t dstride,
                        uint32_t n, uint32_t K, const float *restrict dv, const float *restrict k)
 {
     uint32_t c = 0;
+#if RSSM_VECTOR_EXT && defined(__AVX512F__)
+    for (; c + 32 <= K; c += 32)
+        flush_cols16(out, crow, aG, W, dcol, dstride, n, K, dv, k, c);
+#endif
     for (; c + RSSM_FLUSH_COLS <= K; c += RSSM_FLUSH_COLS)
         flush_cols(out, crow, aG, W, dcol, dstride, n, K, dv, k, c, RSSM_FLUSH_COLS / RSSM_VF);
     for (; c + RSSM_VF <= K; c += RSSM_VF)
@@ -889,11 +900,15 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
         for (uint32_t c = 0; c < K; c++)
             aG[c] = alpha[c] * fast_expf(sum[c]);
     } else {
+        /* GDN: W_j = k_j * wg_j with a scalar wg_j. Only the flush needs W_j
+         * itself; the readout scales the dot products instead (below), which
+         * saves a pass over the ring's keys on every other step. */
         float sum = 0.0f;
         for (uint32_t j = n; j-- > 0;) {
             const float wj = fast_expf(sum) * alpha[0];
+            s.wg[j] = wj;
             float *restrict w = W + (size_t)j * K;
-            for (uint32_t c = 0; c < K; c++)
+            for (uint32_t c = 0; flush && c < K; c++)
                 w[c] = w[c] * wj;
             sum += ring_g[j];
         }
@@ -905,14 +920,20 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
         s.xq[c] = aG[c] * q[c];
         s.xk[c] = aG[c] * k[c];
     }
-    /* c_j(q) = W_j . q and c_j(k) = W_j . k, four entries at a time (the same
-     * sums as dot(), with the trees of four finished together) */
+    /* c_j(q) = W_j . q and c_j(k) = W_j . k, four entries at a time (GDN
+     * without a flush: k_j . q and k_j . k, scaled by wg_j after) */
     uint32_t j4 = 0;
     for (; j4 + RSSM_ROW_BLOCK <= n; j4 += RSSM_ROW_BLOCK)
         dot2_block(W + (size_t)j4 * K, K, q, k, s.cq + j4, s.ck + j4);
     for (; j4 < n; j4++) {
         s.cq[j4] = dot(W + (size_t)j4 * K, q, K);
         s.ck[j4] = dot(W + (size_t)j4 * K, k, K);
+    }
+    if (!kda && !flush) {
+        for (uint32_t j = 0; j < n; j++) {
+            s.cq[j] = s.cq[j] * s.wg[j];
+            s.ck[j] = s.ck[j] * s.wg[j];
+        }
     }
     const float kq = dot(k, q, K);
 
@@ -941,6 +962,13 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
         } else {
             crow = (const float *)(const void *)ckpt + (size_t)v0 * K;
         }
+        if (!flush) {
+            /* only the sums now (o holds C·x̄q, d holds C·x̄k): d and o for
+             * all rows at once below, as vectors, rather than four scalars
+             * waiting on each block's sums */
+            dot2_block(crow, K, s.xq, s.xk, o + v0, d + v0);
+            continue;
+        }
         float sq[RSSM_ROW_BLOCK], sk[RSSM_ROW_BLOCK];
         dot2_block(crow, K, s.xq, s.xk, sq, sk);
         for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
@@ -951,8 +979,6 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
             d[v] = dv;
             o[v] = sqv + dv * kq;
         }
-        if (!flush)
-            continue;
         float *dst = bf16_state ? s.rout : (float *)(void *)ckpt + (size_t)v0 * K; /* fp32: in place */
         for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r += RSSM_FLUSH_ROWS)
             flush_rows(dst + (size_t)r * K, crow + (size_t)r * K, aG, W, D + v0 + r, V, n, K,
@@ -963,6 +989,11 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
 
     /* 5. append to the ring */
     if (!flush) {
+        for (uint32_t v = 0; v < V; v++) {
+            const float dv = beta * (vin[v] - (d[v] + rk[v]));
+            d[v] = dv;
+            o[v] = (o[v] + rq[v]) + dv * kq;
+        }
         store_f32(ring_d + (size_t)n * V * ring_size, d, p->ring_dtype, V);
         if (hv % group == 0)
             store_f32(ring_k + (size_t)n * K * ring_size, k, p->ring_dtype, K);
@@ -1014,6 +1045,7 @@ static const char *variant_isa(void)
 #undef dot2_block
 #undef dot2_block_k128
 #undef flush_cols
+#undef flush_cols16
 #undef ring_sums
 #undef RSSM_RING_NV
 #undef flush_rows

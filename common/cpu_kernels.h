@@ -6,14 +6,14 @@
  * checkpoint and committed ring entries from the pool, computes the output,
  * and either appends (d, k, g) to the ring or writes the new checkpoint
  * (a flush). Packed decode (replay off) is the same code with an empty ring
- * and every step a flush, so replay with L = 1 is bit-identical to packed.
+ * and every step a flush, so replay with L = 1 is bit-identical to packed
+ * (within one build and variant).
  *
  * All memory is in the canonical layouts of rssm_layout.h; everything constant
  * comes from rssm_kernel_params, everything per step from the row header.
- * The compiler never contracts a*b+c into an FMA here (-std=c11, and
- * cpu_kernels.c pins it): the operation order written in cpu_kernels.c is the
- * one that runs, whatever the vector width, so every build and variant gives
- * the same bits (checked for SSE2, AVX2, AVX-512 and plain C, GCC and Clang).
+ * Results are deterministic for a build and variant, whatever the thread
+ * count; variants differ in the last bits (FMA where the target has it, sums
+ * shaped by the vector width), each within the oracle tolerances.
  */
 #ifndef RSSM_CPU_KERNELS_H
 #define RSSM_CPU_KERNELS_H
@@ -54,11 +54,11 @@ typedef void rssm_cpu_step_fn(const rssm_kernel_params *p, uint8_t *pool_base,
 rssm_cpu_step_fn rssm_cpu_step_head;
 
 /* The step is compiled for the build's target flags ("baseline") and, on
- * x86-64 builds whose flags lack AVX2, also for AVX2 + F16C ("avx2+f16c"),
- * used when the CPU has it. Every variant computes the same bits; wider
- * ones are faster. */
+ * x86-64 builds whose flags lack AVX2, also for AVX2 + FMA + F16C ("avx2")
+ * and for AVX-512F/VL on top of it ("avx512"), used when the CPU has them.
+ * Wider ones are faster; all meet the same tolerances. */
 typedef struct rssm_cpu_variant {
-    const char *name;                /* "avx2+f16c", "baseline" */
+    const char *name;                /* "avx512", "avx2", "baseline" */
     rssm_cpu_step_fn *step;
     const char *(*isa)(void);        /* what it was compiled for: "sse2", "avx512+f16c", ... */
 } rssm_cpu_variant;
@@ -67,7 +67,7 @@ typedef struct rssm_cpu_variant {
  * there is no such variant or this CPU cannot run it. */
 const rssm_cpu_variant *rssm_cpu_variant_pick(const char *name);
 
-/* The names rssm_cpu_variant_pick knows, for messages: "avx2+f16c, baseline". */
+/* The names rssm_cpu_variant_pick knows, for messages: "avx512, avx2, baseline". */
 const char *rssm_cpu_variant_names(void);
 
 /* Bit-exact, branch-free (hence vectorisable) versions of the conversions of

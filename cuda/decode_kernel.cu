@@ -3,10 +3,10 @@
  * storage types, that runs both the packed decode (no ring: every step is a
  * flush with n = 0) and the ReplaySSM decode with the factored readout
  * (DESIGN.md §1). The semantics are those of the team brief, step by step.
- * Models with rings of up to 16 entries (packed ones included) are planned
- * onto the stream kernels of stream_kernel.cu instead; this one runs longer
- * rings, and any model whose plan is switched back to it (the benchmark
- * does, to compare the two).
+ * Replay models with rings of up to 16 entries, and packed models at small
+ * batches, are planned onto the stream kernels of stream_kernel.cu instead;
+ * this one runs the rest (the packed decode once the batch fills the GPU,
+ * longer rings), and any plan switched to it (the benchmark compares both).
  *
  * Work split. A work item is 16*W value rows (W <= 4 warps) of one (batch
  * row, value head). Persistent CTAs walk the items round-robin and keep
@@ -716,12 +716,16 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);
-    /* The stream kernels where they apply (measured faster on the H200,
-     * bench/results/h200_notes.md). The fields above stay valid, so the plan
-     * can be switched back. */
+    /* The stream kernels for replay with rings they take, and for packed
+     * decode only while the batch leaves the GPU latency-bound (at most 2
+     * (row, head) pairs per SM): once it fills the GPU, the packed stream
+     * kernel measured slower than this one on the H200 (61-71% against
+     * 73-80% of copy bandwidth, fp32, batch >= 64), faster at batch 1
+     * (5.4 against 5.8 us; bench/results/h200_notes.md). The fields above
+     * stay valid, so the plan can be switched either way. */
     plan->kernel = RSSM_CUDA_KERNEL_PIPELINE;
     plan->rows_per_lane = 0;
-    if (rssm_cuda_stream_supported(p))
+    if (rssm_cuda_stream_supported(p) && (p->ring_cap != 0 || heads <= 2u * sms))
         rssm_cuda_stream_plan(plan, p);
 }
 

@@ -42,9 +42,10 @@ typedef struct rssm_cuda_buffers {
 /* Which kernel a plan launches. The pipeline kernel (decode_kernel.cu) runs
  * every model; the stream kernels (stream_kernel.cu: a coefficient prologue,
  * then a pure stream of checkpoint tiles) run models whose ring has at most
- * RSSM_CUDA_STREAM_MAX_RING entries, packed ones included, and are what
- * plan_init picks for them. A plan may be switched to the pipeline kernel
- * before rssm_cuda_plan_prepare (the benchmark does, to compare). */
+ * RSSM_CUDA_STREAM_MAX_RING entries, packed ones included. plan_init picks
+ * them for replay, and for packed decode at small batches (see
+ * rssm_cuda_plan_init). A plan may be switched either way before
+ * rssm_cuda_plan_prepare (the benchmark does, to compare). */
 #define RSSM_CUDA_KERNEL_PIPELINE 0u
 #define RSSM_CUDA_KERNEL_STREAM 1u
 

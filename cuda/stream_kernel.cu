@@ -33,10 +33,20 @@
  * per row and group. Ring entries j of a row are split over its 4 lanes
  * (j = t4 mod 4).
  *
- * Packed models (replay off, or L = 1) use the stream kernel without ring
- * and without prologue: each warp computes the per-channel vectors itself
- * (a few hundred instructions against 4-8 KiB of state). L = 1 replay takes
- * this path too, so it is bit-identical to packed, as the semantics require.
+ * Packed models (replay off, or L = 1) can use the stream kernel without
+ * ring and without prologue: each warp computes the per-channel vectors
+ * itself (a few hundred instructions against 4-8 KiB of state). The plan
+ * picks it only at small batches: it is the faster packed kernel while the
+ * step is latency-bound (batch 1: 5.4 against 5.8 us), the slower one once
+ * the batch fills the GPU (61-71% against 73-80% of copy bandwidth, fp32,
+ * batch >= 64).
+ * L = 1 replay is planned exactly like packed, so it stays bit-identical.
+ *
+ * Measured on the H200 (bench/results/h200_notes.md): against the pipeline
+ * kernel, the replay cycle is 2-20% faster at batch >= 64 and the full-ring
+ * step costs 1.11-1.29x an empty one (was 1.38-1.68x); the flush step is
+ * still ~1.6x a packed step (bf16 state: 1.8-1.9x), and the one-shot warps
+ * stream a read-only step at ~2.9 TB/s: those two are what limits it now.
  */
 #include "rssm_cuda.h"
 
@@ -75,6 +85,17 @@ __device__ __forceinline__ void pdl_launch_dependents()
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
 }
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+/* 16 bytes global -> shared, asynchronously (L2 only: the record is read
+ * once per warp). */
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
+                 "l"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 __device__ __forceinline__ float warp_sum(float x)
 {
@@ -186,6 +207,10 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     __shared__ __align__(16) float vec[kWarps][4][kMaxK];
     __shared__ float cqk[kWarps][2][RING ? kJ : 1];
     __shared__ float dsm[kWarps][RING ? kJ : 1][8 * RPL];
+    /* on a flush the row's kg_j, copied in while the dot products run: the
+     * update then reads shared memory instead of a chain of L2 round trips
+     * (2.3-2.8x a packed step when it read the scratch record directly) */
+    __shared__ __align__(16) float kgw[RING ? kWarps : 1][RING ? kJ : 1][RING ? kMaxK : 4];
 
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads, cap = p.ring_cap;
@@ -246,6 +271,12 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     const float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
     if constexpr (RING) {
         pdl_wait(); /* the prologue's records are complete and visible */
+        if (flush) {
+            for (uint32_t j = 0; j < n; ++j)
+                if (4u * lane < K)
+                    cp_async16(&kgw[warp][j % kJ][4 * lane], sc + kScKG + j * kMaxK + 4 * lane);
+            cp_async_commit();
+        }
         if (4u * lane < K) {
 #pragma unroll
             for (int w = 0; w < 4; ++w)
@@ -347,6 +378,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
                 if (j < n)
                     dsm[warp][j % kJ][g + 8 * i] = to_f<RT>(dj[i][jj]);
             }
+        cp_async_wait_all();
         __syncwarp();
     }
 
@@ -382,9 +414,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
                     dv[i] = dsm[warp][j % kJ][g + 8 * i];
 #pragma unroll
                 for (int e = 0; e < CPT; e += 4) {
-                    /* plain loads, not __ldg: the record was written by
-                     * the prologue while this grid was already running */
-                    const float4 k4 = *reinterpret_cast<const float4 *>(sc + kScKG + j * kMaxK + c0 + e);
+                    const float4 k4 = *reinterpret_cast<const float4 *>(&kgw[warp][j % kJ][c0 + e]);
 #pragma unroll
                     for (int i = 0; i < RPL; ++i) {
                         f[i][e] += dv[i] * k4.x;

@@ -153,6 +153,14 @@ rssm_status rssm_backend_supports(const rssm_backend *b, const rssm_model *m, rs
 rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *bytes_per_second,
                                         rssm_error *err);
 
+/* The dtype to which this backend rounds the operands of the flush's
+ * rank-(n+1) matrix product for model `m`, beyond the storage dtypes the
+ * model names: RSSM_DTYPE_F32 when the product is exact up to fp32
+ * rounding, RSSM_DTYPE_F16 for fp16 matrix units (Vulkan cooperative
+ * matrices). Accuracy checks loosen their tolerance by it (DESIGN §6). */
+rssm_status rssm_backend_matrix_dtype(const rssm_backend *b, const rssm_model *m, rssm_dtype *dtype,
+                                      rssm_error *err);
+
 /* -------------------------------------------------------------------- pool */
 
 typedef struct rssm_pool rssm_pool;

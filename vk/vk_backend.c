@@ -133,6 +133,15 @@ static rssm_status vk_slot_write(void *vctx, void *vpool, uint32_t slot, const v
     return slot_copy(ctx, p, slot, false, err);
 }
 
+/* The `_cm` kernels round the flush's tile operands to fp16; they run only
+ * when a flush can find ring entries (replay with L > 1). */
+static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
+{
+    const vk_ctx *ctx = vctx;
+    const bool tiles = ctx->kernels == VK_KERNELS_COOPMAT || ctx->kernels == VK_KERNELS_COOPMAT_EMULATED;
+    return tiles && m->replay && m->ring_len > 1 ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
+}
+
 static const char *const vk_variants[] = {
     "vulkan",                  /* coopmat when the device has it, else portable */
     "vulkan:portable",
@@ -161,4 +170,5 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .batch_download = vk_batch_download,
     .batch_last_run_seconds = vk_batch_last_run_seconds,
     .copy_bandwidth = vk_copy_bandwidth,
+    .matrix_dtype = vk_matrix_dtype,
 };

@@ -316,6 +316,7 @@ struct Row {
     double us, gbps, pct, packed_us, packed_gbps, packed_pct, ratio;
     double empty_us, full_us, flush_us;
     double old_us, old_packed_us, old_packed_pct, old_ratio, old_empty_us, old_full_us, old_flush_us;
+    double stream_packed_us, stream_packed_pct; /* the packed stream kernel at every batch */
     rssm_cuda_plan plan, packed_plan;
 };
 
@@ -427,6 +428,8 @@ int run_bench(const char *json_path, bool quick)
             const rssm_cuda_plan pplan = ps.plan;
             use_kernel(ps, RSSM_CUDA_KERNEL_PIPELINE);
             const double pt_old = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
+            use_kernel(ps, RSSM_CUDA_KERNEL_STREAM);
+            const double pt_stream = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
             const double pbytes = B * step_bytes(pm, 0, true);
             setup_free(ps);
             for (uint32_t L : f.Ls) {
@@ -466,17 +469,21 @@ int run_bench(const char *json_path, bool quick)
                     row.old_empty_us = ot.empty * 1e6;
                     row.old_full_us = ot.full * 1e6;
                     row.old_flush_us = ot.flush * 1e6;
+                    row.stream_packed_us = pt_stream * 1e6;
+                    row.stream_packed_pct = 100.0 * pbytes / pt_stream / copy_bw;
                     row.plan = plan;
                     row.packed_plan = pplan;
                     rows.push_back(row);
                     printf("%s state=%s ring=%s L=%2u B=%3u %-9s layers=%3u: replay %8.2f us (%6.0f GB/s %5.1f%%) "
-                           "packed %8.2f us (%5.1f%%) ratio %.3f | empty %.2f full %.2f flush %.2f us | %s RPL%u | "
-                           "pipeline: replay %.2f packed %.2f (%5.1f%%) ratio %.3f empty %.2f full %.2f flush %.2f\n",
+                           "packed %8.2f us (%5.1f%%; %s) ratio %.3f | empty %.2f full %.2f flush %.2f us | %s RPL%u | "
+                           "pipeline: replay %.2f packed %.2f (%5.1f%%) ratio %.3f empty %.2f full %.2f flush %.2f | "
+                           "packed stream %.2f (%5.1f%%)\n",
                            row.kind, dname(f.state), dname(f.ring), L, B, stag ? "staggered" : "uniform",
-                           m.layers, row.us, row.gbps, row.pct, row.packed_us, row.packed_pct, row.ratio,
+                           m.layers, row.us, row.gbps, row.pct, row.packed_us, row.packed_pct,
+                           kernel_name(pplan.kernel), row.ratio,
                            row.empty_us, row.full_us, row.flush_us, kernel_name(plan.kernel), plan.rows_per_lane,
                            row.old_us, row.old_packed_us, row.old_packed_pct, row.old_ratio, row.old_empty_us,
-                           row.old_full_us, row.old_flush_us);
+                           row.old_full_us, row.old_flush_us, row.stream_packed_us, row.stream_packed_pct);
                     fflush(stdout);
                 }
                 setup_free(s);
@@ -492,8 +499,9 @@ int run_bench(const char *json_path, bool quick)
             prop.multiProcessorCount, copy_bw / 1e9);
     fprintf(f, "  \"method\": \"CUDA graph of whole steps (all layers); replay = one L-step cycle with L device "
                "headers; >= 256 MiB of other state between visits of a slot; median of %d replays; us are per "
-               "step per layer; K=V=128, bf16 io, precomputed gates; the library's kernels (stream kernels), "
-               "and old_* = the same setups on the pipeline kernel (the previous default)\",\n", reps);
+               "step per layer; K=V=128, bf16 io, precomputed gates; us_per_step, packed_us: the library's choice of kernel, "
+               "old_* = the same setups on the pipeline kernel (the previous default), stream_packed_* = the packed "
+               "setup on the stream kernel\",\n", reps);
     fprintf(f, "  \"rows\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
         const Row &r = rows[i];
@@ -505,12 +513,14 @@ int run_bench(const char *json_path, bool quick)
                 "\"flush_us\": %.3f, \"kernel\": \"%s\", \"rows_per_lane\": %u, \"packed_kernel\": \"%s\", "
                 "\"packed_rows_per_lane\": %u, \"old_us_per_step\": %.3f, \"old_packed_us\": %.3f, "
                 "\"old_packed_pct_copy_bw\": %.1f, \"old_replay_over_packed\": %.4f, \"old_empty_ring_us\": %.3f, "
-                "\"old_full_ring_us\": %.3f, \"old_flush_us\": %.3f}%s\n",
+                "\"old_full_ring_us\": %.3f, \"old_flush_us\": %.3f, \"stream_packed_us\": %.3f, "
+                "\"stream_packed_pct_copy_bw\": %.1f}%s\n",
                 r.kind, dname(r.state), dname(r.ring), r.L, r.B, r.staggered ? "staggered" : "uniform", r.layers,
                 r.us, r.gbps, r.pct, r.packed_us, r.packed_gbps, r.packed_pct, r.ratio, r.empty_us, r.full_us,
                 r.flush_us, kernel_name(r.plan.kernel), r.plan.rows_per_lane, kernel_name(r.packed_plan.kernel),
                 r.packed_plan.rows_per_lane, r.old_us, r.old_packed_us, r.old_packed_pct, r.old_ratio,
-                r.old_empty_us, r.old_full_us, r.old_flush_us, i + 1 < rows.size() ? "," : "");
+                r.old_empty_us, r.old_full_us, r.old_flush_us, r.stream_packed_us, r.stream_packed_pct,
+                i + 1 < rows.size() ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);

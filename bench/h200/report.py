@@ -57,12 +57,15 @@ def compare(rows):
     if not rows or "old_us_per_step" not in rows[0]:
         return []
     out = [
-        "Times in microseconds per step per layer, new / old (old = pipeline kernel). "
-        "Replay: L = 16, fp16 ring, uniform positions; `stag` = staggered-position ratio.",
+        "Times in microseconds per step per layer, new / old: new = the library's choice (stream kernels "
+        "for replay; for packed, the stream kernel at batch 1 and the pipeline kernel above), old = the "
+        "pipeline kernel for everything (the previous default). `packed stream` = the packed stream "
+        "kernel at every batch. Replay: L = 16, fp16 ring, uniform positions; `stag` = the "
+        "staggered-position ratio.",
         "",
-        "| kind | state | batch | packed us | packed % copy | replay us | ratio | stag ratio "
-        "| empty us | full us | flush us | full/empty | flush/packed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| kind | state | batch | packed us | packed % copy | packed stream us (% copy) | replay us | ratio "
+        "| stag ratio | empty us | full us | flush us | full/empty | flush/packed |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     stag = {(r["kind"], r["state"], r["ring"], r["L"], r["batch"]): r for r in rows
             if r["positions"] == "staggered"}
@@ -77,6 +80,7 @@ def compare(rows):
             f"| {r['kind']} | {r['state']} | {r['batch']} "
             f"| {pair(r['packed_us'], r['old_packed_us'])} "
             f"| {pair(r['packed_pct_copy_bw'], r['old_packed_pct_copy_bw'])} "
+            f"| {r['stream_packed_us']:.1f} ({r['stream_packed_pct_copy_bw']:.1f}%) "
             f"| {pair(r['us_per_step'], r['old_us_per_step'])} "
             f"| {pair(r['replay_over_packed'], r['old_replay_over_packed'], '{:.2f}')} "
             f"| {pair(sr['replay_over_packed'], sr['old_replay_over_packed'], '{:.2f}') if sr else '-'} "

@@ -35,10 +35,11 @@ double rh_tolerance(const rssm_model *m)
 
 double rh_backend_tolerance(const rssm_backend *b, const rssm_model *m, double tol)
 {
-    const char *name = rssm_backend_name(b);
-    if (name && strstr(name, "coopmat") && m->replay && tol < 2e-3)
-        return 2e-3;
-    return tol;
+    rssm_dtype matrix = RSSM_DTYPE_F32;
+    if (rssm_backend_matrix_dtype(b, m, &matrix, NULL) != RSSM_OK)
+        return tol;
+    const double unit = matrix == RSSM_DTYPE_BF16 ? 1e-2 : matrix == RSSM_DTYPE_F16 ? 2e-3 : 0.0;
+    return tol > unit ? tol : unit;
 }
 
 #define MAX_CASES 64

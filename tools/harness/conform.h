@@ -71,11 +71,11 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
  * with an fp16 ring; 1e-2 with bf16 anywhere. */
 double rh_tolerance(const rssm_model *m);
 
-/* The tolerance a backend is held to for a model: rh_tolerance, or 2e-3
- * (DESIGN §6, "fp16 matrix units") for a replay model on a backend variant
- * whose flush runs on 16-bit matrix tiles: the Vulkan `coopmat` variants.
- * rssm.h has no query for this, so it goes by name. The L = 1 bit-identity
- * with packed is still required of them. */
+/* The tolerance a backend is held to for a model: rh_tolerance, loosened
+ * to 2e-3 (DESIGN §6, "fp16 matrix units") or 1e-2 when the backend says
+ * its flush rounds matrix operands to fp16 or bf16
+ * (rssm_backend_matrix_dtype: the Vulkan coopmat variants). The L = 1
+ * bit-identity with packed is still required of them. */
 double rh_backend_tolerance(const rssm_backend *b, const rssm_model *m, double tol);
 
 typedef enum rh_verdict { RH_PASS = 0, RH_FAIL, RH_SKIP } rh_verdict;
