@@ -485,4 +485,8 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_batch_download,
     cuda_batch_last_run_seconds,
     cuda_copy_bandwidth,
+    /* matrix_dtype: the tensor-core flush splits its operands into hi + lo
+     * halves (16-bit rings) or runs on FFMA (fp32 rings), so it rounds
+     * nothing beyond the storage dtypes: fp32, the default. */
+    nullptr,
 };
