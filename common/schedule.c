@@ -6,6 +6,21 @@
 
 #include <stdlib.h>
 
+/* A batch row's slot must be allocated and must not repeat: two rows on one
+ * slot would both read the same ring and race on its next entry. `seen` has
+ * one byte per pool slot. */
+static rssm_status check_row_slot(const rssm_pool *p, uint8_t *seen, uint32_t slot, const char *who,
+                                  rssm_error *err)
+{
+    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    if (st != RSSM_OK)
+        return st;
+    if (seen[slot])
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: slot %u appears twice in the batch", who, slot);
+    seen[slot] = 1;
+    return RSSM_OK;
+}
+
 rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
                            const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
                            rssm_error *err)
@@ -21,18 +36,13 @@ rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *sl
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const uint32_t s = slots[r];
-        if ((st = rssm_pool_check_slot(p, s, err)) != RSSM_OK)
+        if ((st = check_row_slot(p, seen, s, "plan", err)) != RSSM_OK)
             break;
-        if (seen[s]) {
-            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: slot %u appears twice in the batch", s);
-            break;
-        }
         if (seq_len_after[r] == 0) {
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                 "plan: row %u has seq_len_after 0; it counts the token being decoded", r);
             break;
         }
-        seen[s] = 1;
         const uint32_t n = p->write_pos[s];
         const int snapshot = snapshot_interval > 0 && seq_len_after[r] % snapshot_interval == 0;
         /* A staggered slot's first cycle ends early; the device only sees
@@ -62,11 +72,9 @@ rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *p
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const rssm_row_plan *row = &plan[r];
-        if ((st = rssm_pool_check_slot(p, row->slot, err)) != RSSM_OK)
+        if ((st = check_row_slot(p, seen, row->slot, "commit", err)) != RSSM_OK)
             break;
-        if (seen[row->slot])
-            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: slot %u appears twice in the plan", row->slot);
-        else if (row->write_pos != p->write_pos[row->slot])
+        if (row->write_pos != p->write_pos[row->slot])
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                 "commit: row %u was planned at write_pos %u but slot %u is at %u", r, row->write_pos,
                                 row->slot, p->write_pos[row->slot]);
@@ -75,7 +83,6 @@ rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *p
                                 "commit: row %u has is_flush %u, but write_pos %u and force %u say %u", r,
                                 row->is_flush, row->write_pos, row->force,
                                 (uint32_t)(row->write_pos == L - 1 || row->force));
-        seen[row->slot] = 1;
     }
     free(seen);
     if (st != RSSM_OK)
