@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 /* Families rssm knows, built in or not, so a missing one is "unavailable"
  * rather than "unknown". */
@@ -123,54 +122,13 @@ rssm_status rssm_backend_matrix_dtype(const rssm_backend *b, const rssm_model *m
     return rssm_clear_error(err);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
-static int compare_doubles(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* The CPU's copy bandwidth: memcpy between two buffers larger than the
- * caches, after one untimed copy that faults the pages in. */
-static rssm_status host_copy_bandwidth(size_t bytes, double *bps, rssm_error *err)
-{
-    unsigned char *src = malloc(bytes), *dst = malloc(bytes);
-    if (!src || !dst) {
-        free(src);
-        free(dst);
-        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "copy bandwidth: cannot allocate 2 x %zu bytes", bytes);
-    }
-    for (size_t i = 0; i < bytes; i++)
-        src[i] = (unsigned char)(i * 131u + 7u);
-    memcpy(dst, src, bytes);
-    enum { REPEATS = 7 };
-    double t[REPEATS];
-    for (int r = 0; r < REPEATS; r++) {
-        double t0 = now_seconds();
-        memcpy(dst, src, bytes);
-        t[r] = now_seconds() - t0;
-        src[r] ^= dst[bytes - 1 - (size_t)r]; /* keep the copies observable */
-    }
-    qsort(t, REPEATS, sizeof t[0], compare_doubles);
-    *bps = 2.0 * (double)bytes / t[REPEATS / 2];
-    free(src);
-    free(dst);
-    return rssm_clear_error(err);
-}
-
 rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *bytes_per_second,
                                         rssm_error *err)
 {
     if (!b || !bytes_per_second || bytes < 4096)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                               "copy bandwidth: backend, result pointer and >= 4096 bytes are required");
-    if (b->ops->copy_bandwidth)
-        return b->ops->copy_bandwidth(b->ctx, bytes, bytes_per_second, err);
-    return host_copy_bandwidth(bytes, bytes_per_second, err);
+    if (!b->ops->copy_bandwidth)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s cannot measure its copy bandwidth", b->name);
+    return b->ops->copy_bandwidth(b->ctx, bytes, bytes_per_second, err);
 }

@@ -80,9 +80,10 @@ typedef struct rssm_backend_ops {
     /* Device seconds of the last batch_run. */
     double (*batch_last_run_seconds)(void *ctx, void *batch);
 
-    /* Optional (NULL: common code times a host memcpy, right for the CPU).
+    /* Optional (NULL: rssm_backend_copy_bandwidth says unsupported).
      * Device-to-device copy bandwidth over buffers of `bytes`, counting
-     * bytes read plus bytes written, median of several timed copies. */
+     * bytes read plus bytes written, median of several timed copies, with
+     * the parallelism the kernels get (all threads, all SMs). */
     rssm_status (*copy_bandwidth)(void *ctx, size_t bytes, double *bytes_per_second,
                                   rssm_error *err);
 
