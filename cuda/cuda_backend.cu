@@ -278,11 +278,15 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     b->buf.out = b->out;
 
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
-    /* RSSM_CUDA_KERNEL=pipeline forces the general kernel: for A/B checks of
-     * the stream kernels (the H200 run's conformance runs both). */
+    /* RSSM_CUDA_KERNEL=pipeline|stream|bulk forces a kernel where it applies:
+     * for A/B checks (the H200 run's conformance runs each). */
     const char *force = getenv("RSSM_CUDA_KERNEL");
     if (force && strcmp(force, "pipeline") == 0)
         b->plan.kernel = RSSM_CUDA_KERNEL_PIPELINE;
+    else if (force && strcmp(force, "stream") == 0 && rssm_cuda_stream_supported(&p))
+        b->plan.kernel = RSSM_CUDA_KERNEL_STREAM;
+    else if (force && strcmp(force, "bulk") == 0 && rssm_cuda_bulk_supported(&p))
+        b->plan.kernel = RSSM_CUDA_KERNEL_BULK;
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
     const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
     if (scratch) {

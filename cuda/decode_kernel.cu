@@ -727,12 +727,18 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     plan->rows_per_lane = 0;
     if (rssm_cuda_stream_supported(p) && (p->ring_cap != 0 || heads <= 2u * sms))
         rssm_cuda_stream_plan(plan, p);
+    /* The bulk kernel runs one CTA per SM over (row, value head) units:
+     * once there is a unit for every SM. */
+    if (rssm_cuda_bulk_supported(p) && heads >= sms)
+        plan->kernel = RSSM_CUDA_KERNEL_BULK;
 }
 
 extern "C" cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
 {
     if (plan->kernel == RSSM_CUDA_KERNEL_STREAM)
         return rssm_cuda_stream_prepare(plan, p);
+    if (plan->kernel == RSSM_CUDA_KERNEL_BULK)
+        return rssm_cuda_bulk_prepare(plan, p);
     const KernelFn fn = kernel_of(plan->variant);
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)plan->smem_bytes);
@@ -757,6 +763,8 @@ extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const
 {
     if (plan->kernel == RSSM_CUDA_KERNEL_STREAM)
         return rssm_cuda_stream_launch(p, b, plan, layer, stream);
+    if (plan->kernel == RSSM_CUDA_KERNEL_BULK)
+        return rssm_cuda_bulk_launch(p, b, plan, layer, stream);
     KArgs args;
     args.p = *p;
     args.b = *b;

@@ -42,12 +42,16 @@ typedef struct rssm_cuda_buffers {
 /* Which kernel a plan launches. The pipeline kernel (decode_kernel.cu) runs
  * every model; the stream kernels (stream_kernel.cu: a coefficient prologue,
  * then a pure stream of checkpoint tiles) run models whose ring has at most
- * RSSM_CUDA_STREAM_MAX_RING entries, packed ones included. plan_init picks
- * them for replay, and for packed decode at small batches (see
- * rssm_cuda_plan_init). A plan may be switched either way before
+ * RSSM_CUDA_STREAM_MAX_RING entries, packed ones included; the bulk kernel
+ * (bulk_kernel.cu: one persistent warp-specialised kernel, tiles moved by
+ * bulk copies) runs the same rings for the usual head shapes
+ * (rssm_cuda_bulk_supported). plan_init picks the bulk kernel once the batch
+ * gives every SM a (row, value head), the stream kernels below that, the
+ * pipeline kernel for what neither takes. A plan may be switched before
  * rssm_cuda_plan_prepare (the benchmark does, to compare). */
 #define RSSM_CUDA_KERNEL_PIPELINE 0u
 #define RSSM_CUDA_KERNEL_STREAM 1u
+#define RSSM_CUDA_KERNEL_BULK 2u
 
 /* How one layer's launch is shaped; fixed per batch.
  * Pipeline kernel: a work item is a chunk of 16 * warps value rows of one
@@ -108,6 +112,14 @@ void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
+
+/* The bulk kernel's share (bulk_kernel.cu): K a multiple of 32 up to
+ * RSSM_CUDA_MAX_HEAD_K, V a multiple of a stage's rows (32 fp32, 64 bf16
+ * state), rings of up to RSSM_CUDA_STREAM_MAX_RING entries. */
+int rssm_cuda_bulk_supported(const rssm_kernel_params *p);
+cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
+cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                  const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
 
 #ifdef __cplusplus
 }

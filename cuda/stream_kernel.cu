@@ -1,7 +1,10 @@
 /*
  * The stream kernels: the decode step as a pure stream of checkpoint tiles
  * through registers, for the packed decode and for the ReplaySSM decode with
- * short rings (ring_cap <= 16, i.e. L <= 17).
+ * short rings (ring_cap <= 16, i.e. L <= 17). Since the bulk kernel
+ * (bulk_kernel.cu) they run the small batches (fewer (row, value head)
+ * units than SMs, where one-shot warps spread a step over every SM) and the
+ * head shapes the bulk kernel does not take.
  *
  * Why: the pipeline kernel (decode_kernel.cu) stages every item through
  * shared memory and CTA barriers and computes the ring coefficients (one exp

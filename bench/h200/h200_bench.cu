@@ -196,19 +196,37 @@ void setup_init(Setup &s, const rssm_model &m, uint32_t B, int sm_count, uint64_
     BCHECK(cudaDeviceSynchronize());
 }
 
-/* Switches the setup to the stream kernels (the library's choice where they
- * apply) or to the pipeline kernel; false when the stream kernels do not
- * apply to this model. */
+/* Switches the setup to `kernel`; false when it does not apply to this
+ * model. */
 bool use_kernel(Setup &s, uint32_t kernel)
 {
     if (kernel == RSSM_CUDA_KERNEL_STREAM && !rssm_cuda_stream_supported(&s.p))
         return false;
+    if (kernel == RSSM_CUDA_KERNEL_BULK && !rssm_cuda_bulk_supported(&s.p))
+        return false;
     s.plan.kernel = kernel;
     BCHECK(rssm_cuda_plan_prepare(&s.plan, &s.p));
+    const size_t scratch = rssm_cuda_scratch_bytes(&s.p, &s.plan);
+    if (scratch && !s.buf.scratch)
+        s.buf.scratch = static_cast<float *>(dalloc(s, scratch));
     return true;
 }
 
-const char *kernel_name(uint32_t k) { return k == RSSM_CUDA_KERNEL_STREAM ? "stream" : "pipeline"; }
+/* The library's choice before the bulk kernel (the previous results): the
+ * stream kernels for replay, for packed only while at most 2 (row, head)
+ * pairs per SM, the pipeline kernel otherwise. */
+uint32_t previous_kernel(const Setup &s)
+{
+    const uint64_t heads = (uint64_t)s.p.max_rows * s.p.num_v_heads;
+    if (rssm_cuda_stream_supported(&s.p) && (s.p.ring_cap != 0 || heads <= 2u * (uint64_t)s.plan.sm_count))
+        return RSSM_CUDA_KERNEL_STREAM;
+    return RSSM_CUDA_KERNEL_PIPELINE;
+}
+
+const char *kernel_name(uint32_t k)
+{
+    return k == RSSM_CUDA_KERNEL_BULK ? "bulk" : k == RSSM_CUDA_KERNEL_STREAM ? "stream" : "pipeline";
+}
 
 /* Device step headers, one per step of a sequence: rows B, and for each row
  * its slot, write position and force flag. */
@@ -305,9 +323,10 @@ double step_bytes(const rssm_model &m, uint32_t n, bool flush)
     return ckpt + n * entry + (flush ? ckpt : entry) + inout;
 }
 
-/* One configuration, measured with the library's kernels (the stream
- * kernels) and, for comparison in the same run, with the pipeline kernel
- * (old_*: the kernel of the previous results). */
+/* One configuration, measured with the library's kernels and, for
+ * comparison in the same run, with the previous choice (old_*: the stream
+ * kernels for replay, the pipeline kernel for packed above batch 8; see
+ * previous_kernel). */
 struct Row {
     const char *kind;
     rssm_dtype state, ring;
@@ -382,6 +401,58 @@ double copy_bandwidth(cudaStream_t stream)
     return 2.0 * (double)bytes / ((double)t[4] * 1e-3);
 }
 
+/* --batches: a subset of the sweep's batch sizes, for quick checks */
+std::vector<uint32_t> g_batches;
+
+/* A read-only reference: every thread sums 16-byte loads of a 2 GiB buffer
+ * (8 in flight) and writes one word, so the bytes read are the buffer. */
+__global__ void read_kernel(const uint4 *src, size_t n, uint32_t *sink)
+{
+    const size_t stride = (size_t)gridDim.x * blockDim.x;
+    uint32_t acc = 0;
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (; i + 7 * stride < n; i += 8 * stride) {
+        uint4 v[8];
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            v[u] = __ldcs(src + i + u * stride);
+#pragma unroll
+        for (int u = 0; u < 8; ++u)
+            acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+    }
+    for (; i < n; i += stride)
+        acc ^= src[i].x;
+    sink[(size_t)blockIdx.x * blockDim.x + threadIdx.x] = acc;
+}
+
+double read_bandwidth(cudaStream_t stream, int sm_count)
+{
+    const size_t bytes = (size_t)2 << 30, n = bytes / 16;
+    const uint32_t blocks = 4u * (uint32_t)sm_count, threads = 512;
+    void *a, *sink;
+    BCHECK(cudaMalloc(&a, bytes));
+    BCHECK(cudaMalloc(&sink, (size_t)blocks * threads * 4));
+    BCHECK(cudaMemsetAsync(a, 1, bytes, stream));
+    cudaEvent_t e0, e1;
+    BCHECK(cudaEventCreate(&e0));
+    BCHECK(cudaEventCreate(&e1));
+    std::vector<float> t(9);
+    read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4 *>(a), n, static_cast<uint32_t *>(sink));
+    for (float &x : t) {
+        BCHECK(cudaEventRecord(e0, stream));
+        read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4 *>(a), n, static_cast<uint32_t *>(sink));
+        BCHECK(cudaEventRecord(e1, stream));
+        BCHECK(cudaEventSynchronize(e1));
+        BCHECK(cudaEventElapsedTime(&x, e0, e1));
+    }
+    std::sort(t.begin(), t.end());
+    BCHECK(cudaFree(a));
+    BCHECK(cudaFree(sink));
+    BCHECK(cudaEventDestroy(e0));
+    BCHECK(cudaEventDestroy(e1));
+    return (double)bytes / ((double)t[4] * 1e-3);
+}
+
 int run_bench(const char *json_path, bool quick)
 {
     BCHECK(cudaSetDevice(0));
@@ -390,10 +461,11 @@ int run_bench(const char *json_path, bool quick)
     cudaStream_t stream;
     BCHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const double copy_bw = copy_bandwidth(stream);
-    printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write)\n", prop.name,
-           prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9);
+    const double read_bw = read_bandwidth(stream, prop.multiProcessorCount);
+    printf("device %s, %d SMs, L2 %.0f MB; copy bandwidth %.0f GB/s (read + write); read-only %.0f GB/s\n",
+           prop.name, prop.multiProcessorCount, prop.l2CacheSize / 1e6, copy_bw / 1e9, read_bw / 1e9);
 
-    const std::vector<uint32_t> batches = {1, 16, 64, 128, 256, 512};
+    const std::vector<uint32_t> batches = g_batches.empty() ? std::vector<uint32_t>{1, 16, 64, 128, 256, 512} : g_batches;
     struct Family { rssm_gate_kind kind; rssm_dtype state, ring; std::vector<uint32_t> Ls; };
     std::vector<Family> fams = {
         {RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_DTYPE_F16, {8, 16}},
@@ -426,7 +498,7 @@ int run_bench(const char *json_path, bool quick)
             const uint32_t *ph = make_headers(ps, zero);
             const double pt = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
             const rssm_cuda_plan pplan = ps.plan;
-            use_kernel(ps, RSSM_CUDA_KERNEL_PIPELINE);
+            use_kernel(ps, previous_kernel(ps));
             const double pt_old = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
             use_kernel(ps, RSSM_CUDA_KERNEL_STREAM);
             const double pt_stream = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
@@ -440,7 +512,7 @@ int run_bench(const char *json_path, bool quick)
                 setup_init(s, m, B, prop.multiProcessorCount, seed++);
                 const rssm_cuda_plan plan = s.plan;
                 const ReplayTimes nt = time_replay(s, L, B, stream, reps);
-                use_kernel(s, RSSM_CUDA_KERNEL_PIPELINE);
+                use_kernel(s, previous_kernel(s));
                 const ReplayTimes ot = time_replay(s, L, B, stream, reps);
                 for (int stag = 0; stag < 2; ++stag) {
                     const double t = nt.cycle[stag], bytes = nt.bytes[stag];
@@ -476,7 +548,7 @@ int run_bench(const char *json_path, bool quick)
                     rows.push_back(row);
                     printf("%s state=%s ring=%s L=%2u B=%3u %-9s layers=%3u: replay %8.2f us (%6.0f GB/s %5.1f%%) "
                            "packed %8.2f us (%5.1f%%; %s) ratio %.3f | empty %.2f full %.2f flush %.2f us | %s RPL%u | "
-                           "pipeline: replay %.2f packed %.2f (%5.1f%%) ratio %.3f empty %.2f full %.2f flush %.2f | "
+                           "previous: replay %.2f packed %.2f (%5.1f%%) ratio %.3f empty %.2f full %.2f flush %.2f | "
                            "packed stream %.2f (%5.1f%%)\n",
                            row.kind, dname(f.state), dname(f.ring), L, B, stag ? "staggered" : "uniform",
                            m.layers, row.us, row.gbps, row.pct, row.packed_us, row.packed_pct,
@@ -495,12 +567,13 @@ int run_bench(const char *json_path, bool quick)
         perror(json_path);
         return 2;
     }
-    fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"copy_bandwidth_gbps\": %.1f,\n", prop.name,
-            prop.multiProcessorCount, copy_bw / 1e9);
+    fprintf(f, "{\n  \"device\": \"%s\",\n  \"sm_count\": %d,\n  \"copy_bandwidth_gbps\": %.1f,\n"
+               "  \"read_bandwidth_gbps\": %.1f,\n", prop.name, prop.multiProcessorCount, copy_bw / 1e9, read_bw / 1e9);
     fprintf(f, "  \"method\": \"CUDA graph of whole steps (all layers); replay = one L-step cycle with L device "
                "headers; >= 256 MiB of other state between visits of a slot; median of %d replays; us are per "
                "step per layer; K=V=128, bf16 io, precomputed gates; us_per_step, packed_us: the library's choice of kernel, "
-               "old_* = the same setups on the pipeline kernel (the previous default), stream_packed_* = the packed "
+               "old_* = the same setups on the previous choice (stream kernels for replay, pipeline kernel for packed "
+               "above batch 8), stream_packed_* = the packed "
                "setup on the stream kernel\",\n", reps);
     fprintf(f, "  \"rows\": [\n");
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -638,7 +711,7 @@ int run_tune()
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conform [--quick] [--seed N] | bench --json FILE [--quick]\n", argv[0]);
+        fprintf(stderr, "usage: %s conform [--quick] [--seed N] | bench --json FILE [--quick] [--batches B1,B2,..]\n", argv[0]);
         return 2;
     }
     bool quick = false;
@@ -651,6 +724,9 @@ int main(int argc, char **argv)
             seed = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
+        else if (!strcmp(argv[i], "--batches") && i + 1 < argc)
+            for (char *tok = strtok(argv[++i], ","); tok; tok = strtok(NULL, ","))
+                g_batches.push_back((uint32_t)strtoul(tok, NULL, 10));
     }
     if (!strcmp(argv[1], "conform"))
         return run_conformance(quick, seed) ? 1 : 0;

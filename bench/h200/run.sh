@@ -47,11 +47,16 @@ stage_project() {
     note "project build (RSSM_CUDA=ON): ok"
     CLI=$(find "$BUILD/project" -maxdepth 3 -type f -name rssm -perm -u+x | head -1)
     if [ -n "$CLI" ]; then
-      if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend cuda >"$OUT_DIR/cli_conform.log" 2>&1; then
-        note "rssm conform --backend cuda: ok ($(tail -1 "$OUT_DIR/cli_conform.log"))"
-      else
-        note "rssm conform --backend cuda: FAILED (rc $?; see cli_conform.log: $(tail -1 "$OUT_DIR/cli_conform.log"))"
-      fi
+      for kern in default bulk; do
+        log="$OUT_DIR/cli_conform_$kern.log"
+        if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
+        if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend cuda >"$log" 2>&1; then
+          note "rssm conform --backend cuda ($kern kernels): ok ($(tail -1 "$log"))"
+        else
+          note "rssm conform --backend cuda ($kern kernels): FAILED (rc $?; see $(basename "$log"): $(tail -1 "$log"))"
+        fi
+      done
+      unset RSSM_CUDA_KERNEL
     else
       note "rssm CLI not built: skipped its conformance"
     fi
@@ -68,7 +73,7 @@ mkdir -p "$BUILD/bench"
 gcc -O2 -std=c11 -Wall -Wextra -Iinclude -Icommon -c common/model.c -o "$BUILD/bench/model.o"
 gcc -O2 -std=c11 -Wall -Wextra -Iinclude -Icommon -c common/error.c -o "$BUILD/bench/error.o"
 pids=()
-for f in cuda/decode_kernel.cu cuda/stream_kernel.cu cuda/cuda_backend.cu bench/h200/h200_conform.cu bench/h200/h200_bench.cu; do
+for f in cuda/decode_kernel.cu cuda/stream_kernel.cu cuda/bulk_kernel.cu cuda/cuda_backend.cu bench/h200/h200_conform.cu bench/h200/h200_bench.cu; do
   nvcc $NVFLAGS -c "$f" -o "$BUILD/bench/$(basename "$f" .cu).o" & pids+=($!)
 done
 for p in "${pids[@]}"; do wait "$p"; done
@@ -78,11 +83,13 @@ BIN="$BUILD/rssm_h200_bench"
 QARG=""; [ "$QUICK" = 1 ] && QARG="--quick"
 
 stage_conform() {
-  for kern in default pipeline; do
+  # the library's choice (stream kernels at these small batches) on the full
+  # set, each kernel forced where it applies: bulk on the full set, stream
+  # and pipeline on the quick set
+  for kern in ${CONFORM_KERNELS:-default bulk stream pipeline}; do
     log="$OUT_DIR/conform_$kern.log"
-    if [ $kern = pipeline ]; then export RSSM_CUDA_KERNEL=pipeline; else unset RSSM_CUDA_KERNEL; fi
-    # the full set for the library's kernels, the quick set for the other
-    if [ $kern = pipeline ]; then set -- --quick; else set --; fi
+    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
+    case $kern in default | bulk) set -- ;; *) set -- --quick ;; esac
     if timeout "${CONFORM_TIMEOUT:-300}" "$BIN" conform "$@" >"$log" 2>&1; then
       note "conformance vs float64 oracle ($kern kernels): $(tail -1 "$log")"
     else
@@ -94,18 +101,24 @@ stage_conform() {
 }
 
 stage_sanitize() {
-  for tool in memcheck racecheck; do
-    timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
-      >"$OUT_DIR/sanitizer_$tool.log" 2>&1
-    rc=$?
-    if [ $rc = 0 ]; then
-      note "compute-sanitizer $tool: clean ($(grep -m1 'ERROR SUMMARY' "$OUT_DIR/sanitizer_$tool.log"))"
-    elif [ $rc = 124 ]; then
-      note "compute-sanitizer $tool: NOT FINISHED (stopped after ${SANITIZE_TIMEOUT:-240} s)"
-    else
-      note "compute-sanitizer $tool: FAILED (rc $rc; see sanitizer_$tool.log: $(grep -m1 'ERROR SUMMARY' "$OUT_DIR/sanitizer_$tool.log"))"
-    fi
+  for kern in ${SANITIZE_KERNELS:-default bulk}; do
+    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
+    for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
+      log="$OUT_DIR/sanitizer_${tool}_$kern.log"
+      timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
+        >"$log" 2>&1
+      rc=$?
+      if [ $rc = 0 ]; then
+        note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 'ERROR SUMMARY' "$log"))"
+      elif [ $rc = 124 ]; then
+        note "compute-sanitizer $tool ($kern kernels): NOT FINISHED (stopped after ${SANITIZE_TIMEOUT:-240} s)"
+      else
+        note "compute-sanitizer $tool ($kern kernels): FAILED (rc $rc; see $(basename "$log"): $(grep -m1 'ERROR SUMMARY' "$log"))"
+        grep -m3 -B2 -A10 -E "Invalid|Race|Error" "$log" | head -40
+      fi
+    done
   done
+  unset RSSM_CUDA_KERNEL
 }
 
 stage_tune() {
@@ -120,7 +133,7 @@ stage_memcheck_big() {
 }
 
 stage_profile() {
-  timeout 240 ncu --clock-control none -k regex:'decode_kernel|stream_kernel|prologue_kernel' --section SpeedOfLight --section Occupancy \
+  timeout 240 ncu --clock-control none -k regex:'decode_kernel|stream_kernel|prologue_kernel|bulk_kernel' --section SpeedOfLight --section Occupancy \
     --section WarpStateStats --section LaunchStats --section MemoryWorkloadAnalysis \
     "$BIN" profile >"$OUT_DIR/profile.log" 2>&1
   note "ncu profile: rc $? (profile.log)"
@@ -130,7 +143,8 @@ stage_profile() {
 }
 
 stage_bench() {
-  if timeout "${BENCH_TIMEOUT:-400}" "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG 2>&1 | tee "$OUT_DIR/bench.log"; then
+  BARG=""; [ -n "${BATCHES:-}" ] && BARG="--batches $BATCHES"
+  if timeout "${BENCH_TIMEOUT:-400}" "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG $BARG 2>&1 | tee "$OUT_DIR/bench.log"; then
     python3 bench/h200/report.py "$OUT_DIR/h200_results.json" "$OUT_DIR" >"$OUT_DIR/report.log" 2>&1 ||
       note "report FAILED: $(tail -1 "$OUT_DIR/report.log")"
     note "benchmark: done"

@@ -1,0 +1,695 @@
+/*
+ * The bulk kernel: the decode step as one persistent, warp-specialised
+ * kernel per layer, the checkpoint streamed through shared memory by bulk
+ * asynchronous copies (TMA, cp.async.bulk), for batches that give every SM
+ * a (batch row, value head).
+ *
+ * Why: the stream kernels (stream_kernel.cu) keep a tile in registers per
+ * one-shot warp; each warp's loads are in flight only between its header
+ * load and its compute, so a read-only step streamed at ~2.9 TB/s, a flush
+ * held its tile while it ran its FFMA update (1.6x a packed step), and the
+ * ring coefficients needed a second launch (the prologue). Here each CTA
+ * (one per SM) splits the work by role:
+ *
+ *  - a producer thread walks the CTA's items, reads each row's header and
+ *    issues one bulk copy per item (a 16 KiB checkpoint tile) into a ring of
+ *    kStages shared-memory stages, gated by mbarriers: ~128 KiB in flight
+ *    per SM, one instruction per tile;
+ *  - kCoefWarps coefficient warps compute, once per unit (batch row, value
+ *    head) and ahead of the consumers, what the prologue kernel computed:
+ *    gamma_j, alpha Gamma q / k, c_j(q), c_j(k), beta, k.q and kg_j, into one
+ *    of kCoefBufs shared buffers; they bulk-copy the unit's ring d [n][V] and
+ *    v [V] in behind them (one copy each per unit: n small copies per stage
+ *    made a full-ring step 1.56x an empty one, the copy engine's per-copy
+ *    cost) and append k and g to the ring;
+ *  - kConsumers consumer warps turn each stage into the step's outputs, the
+ *    ring's new d, and on a flush the new checkpoint, stored straight from
+ *    registers while the next stages load. A lane owns 4 channels of R rows,
+ *    so whatever it reads from the coefficient buffer serves R rows, and the
+ *    rows' sums are one reduce-scatter (warp_sum_rows).
+ *
+ * A CTA takes the units u = blockIdx.x + i * gridDim.x, each as V / RC
+ * consecutive items of RC value rows, so a unit's coefficients are computed
+ * once and consecutive units, e.g. one row's flushing heads, land on
+ * different SMs (the staggered case costs 1-4% over uniform positions).
+ * Every thread that reads a buffer arrives on the barrier that releases it
+ * (no single-lane release after __syncwarp), which compute-sanitizer's
+ * racecheck can follow; it measured no slower on the H200.
+ *
+ * Numerics are those of the stream kernels (fp32 throughout, the same sums
+ * in the same roles), and packed decode (no ring) runs the same code with
+ * n = 0 and every step a flush; L = 1 replay is planned like packed, so it
+ * stays bit-identical to it.
+ *
+ * Measured on the H200 (bench/results/h200_notes.md), GDN fp32 state, L =
+ * 16: an empty-ring step reads at 3.9-4.0 TB/s, the read-only reference's
+ * rate; packed decode runs at 84% of copy bandwidth; a flush step costs
+ * 1.08-1.15x a packed step at batch >= 128; replay/packed 1.63-1.77x.
+ * Still slow: the full-ring step (1.4x an empty one) and bf16 state (one
+ * consumer group of 8 rows per warp: an empty step reads at ~2 TB/s).
+ */
+#include "rssm_cuda.h"
+
+#include <cuda_runtime.h>
+
+#include "kernel_common.cuh"
+
+namespace {
+
+using namespace rssm_kc;
+
+constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
+constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING;
+constexpr int kConsumers = 8;
+constexpr int kCoefWarps = 3;
+constexpr int kThreads = 32 * (kConsumers + kCoefWarps + 1);
+constexpr int kProducerWarp = kConsumers + kCoefWarps;
+constexpr int kStages = 8;
+/* At least kCoefWarps: a coefficient warp then never waits on a buffer
+ * phase more than one ahead of the consumers (mbarrier parity waits). */
+constexpr int kCoefBufs = 4;
+static_assert(kCoefBufs >= kCoefWarps, "parity waits need kCoefBufs >= kCoefWarps");
+
+/* One stage: a checkpoint tile, one bulk copy. */
+constexpr int kTileBytes = 16384;
+constexpr int kStageBytes = kTileBytes;
+
+/* One coefficient buffer: the floats below, then the unit's ring d entries
+ * [n][V] and its v [V], each moved by one bulk copy per unit (small copies
+ * per stage cost the copy engine more than their bytes). */
+constexpr int kCoAQ = 0, kCoAK = kMaxK, kCoAG = 2 * kMaxK, kCoKV = 3 * kMaxK;
+constexpr int kCoCQ = 4 * kMaxK, kCoCK = kCoCQ + kJ, kCoMisc = kCoCK + kJ, kCoKG = kCoMisc + 4;
+constexpr int kCoFloats = kCoKG + kJ * kMaxK;
+static_assert(kCoKG % 4 == 0, "16-byte aligned kg rows");
+constexpr int kCoDBytes = 8192, kCoVBytes = 1024;
+constexpr int kCoBytes = kCoFloats * 4 + kCoDBytes + kCoVBytes;
+static_assert(kCoBytes % 16 == 0, "16-byte aligned buffers");
+
+/* What the producer tells the consumers about a stage. */
+struct StageMeta {
+    uint32_t slot, n, flush, unit;
+};
+
+constexpr size_t kSmemStages = (size_t)kStages * kStageBytes;
+constexpr size_t kSmemCoef = (size_t)kCoefBufs * kCoBytes;
+constexpr size_t kSmemMeta = (size_t)kStages * sizeof(StageMeta);
+constexpr size_t kSmemBars = (size_t)(2 * kStages + 2 * kCoefBufs) * sizeof(uint64_t);
+constexpr size_t kSmemBytes = kSmemStages + kSmemCoef + kSmemMeta + kSmemBars;
+
+struct BArgs {
+    rssm_kernel_params p;
+    rssm_cuda_buffers b;
+    uint32_t layer;
+};
+
+/* ------------------------------------------- mbarriers and bulk copies */
+
+__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
+
+__device__ __forceinline__ void bar_init(uint64_t *b, uint32_t count)
+{
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive(uint64_t *b)
+{
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
+}
+
+__device__ __forceinline__ void bar_expect_tx(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
+}
+
+__device__ __forceinline__ void bar_arrive_tx(uint64_t *b, uint32_t bytes)
+{
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes)
+                 : "memory");
+}
+
+/* Waits until the phase of parity `parity` has completed. */
+__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity)
+{
+    asm volatile("{\n"
+                 ".reg .pred done;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+                 "@!done bra WAIT;\n"
+                 "}\n" ::"r"(smem_addr(b)),
+                 "r"(parity)
+                 : "memory");
+}
+
+/* `bytes` (a multiple of 16, both addresses 16-byte aligned) global ->
+ * shared, completing as transaction bytes on `bar`. Everything a stage loads
+ * is read once per visit of its slot, and hundreds of MiB of other slots
+ * pass between visits: evict it first from L2. */
+__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t policy)
+{
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
+                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_addr(dst)),
+                 "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
+                 : "memory");
+}
+
+__device__ __forceinline__ uint64_t evict_first_policy()
+{
+    uint64_t policy;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
+    return policy;
+}
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* The row header of batch row r: slot, ring entries n and the flush
+ * decision, taken on the device (DESIGN §2). */
+struct RowStep {
+    uint32_t slot, n;
+    bool flush;
+};
+
+__device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const uint32_t *header, uint32_t r)
+{
+    const uint4 hr = *reinterpret_cast<const uint4 *>(header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+    RowStep s;
+    s.slot = hr.x;
+    s.n = min(hr.y, p.ring_cap);
+    s.flush = p.ring_cap == 0 || s.n + 1u == p.ring_len || hr.z != 0u;
+    return s;
+}
+
+__device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const uint32_t *header)
+{
+    return min(header[RSSM_HEADER_ROWS], p.max_rows) * p.num_v_heads;
+}
+
+/* ---------------------------------------------------------- the roles */
+
+/* The geometry of a stage for state dtype ST: RC value rows (16 KiB at
+ * K = 128), RW of them per warp of the consumer group that takes it.
+ * fp32 state: the consumer warps split into two groups that take alternate
+ * stages, so one stage's latency (shared-memory loads, the row sums'
+ * shuffles, the stores) overlaps the other's; 8 rows per warp. bf16 state
+ * (twice the rows per stage): one group, 8 rows per warp; two groups would
+ * give a warp 16 rows and measured 1.7x slower on the H200 (registers). */
+template <int ST> struct Geometry {
+    static constexpr int SB = ST == kF32 ? 4 : 2;
+    static constexpr int RC = kTileBytes / (kMaxK * SB);
+    static constexpr int GROUPS = ST == kF32 ? 2 : 1;
+    static constexpr int GROUP_WARPS = kConsumers / GROUPS;
+    static constexpr int RW = RC / GROUP_WARPS;
+    static_assert(RC * SB * kMaxK == kTileBytes && RW * GROUP_WARPS == RC, "stage geometry");
+    static_assert(kStages % GROUPS == 0, "a stage always belongs to the same consumer group");
+};
+
+template <int ST, int RT, bool RING>
+__device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMeta *meta, uint64_t *full,
+                                        uint64_t *empty)
+{
+    using Gm = Geometry<ST>;
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
+    const uint32_t chunks = V / Gm::RC;
+    const uint32_t tile_bytes = (uint32_t)Gm::RC * K * Gm::SB;
+    const uint64_t policy = evict_first_policy();
+    const uint32_t units = active_units(p, a.b.header);
+    uint32_t it = 0;
+    for (uint32_t u = blockIdx.x; u < units; u += gridDim.x) {
+        const uint32_t r = u / HV, hv = u % HV;
+        const RowStep st = row_step(p, a.b.header, r);
+        const uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+        const uint8_t *C = lb + (size_t)hv * V * K * Gm::SB;
+        for (uint32_t c = 0; c < chunks; ++c, ++it) {
+            const uint32_t s = it % kStages;
+            if (it >= (uint32_t)kStages)
+                bar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
+            meta[s] = StageMeta{st.slot, RING ? st.n : 0u, st.flush ? 1u : 0u, u};
+            bar_arrive_tx(&full[s], tile_bytes);
+            bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);
+        }
+    }
+}
+
+/* One (batch row, value head): the coefficients into `co`, and the unit's
+ * ring d and v copied in behind it, completing on `bar`; lane owns channels
+ * 4 lane .. 4 lane + 3. */
+template <int RT, bool RING>
+__device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
+{
+    using RRaw = typename Raw<RT>::T;
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t lane = threadIdx.x & 31u, c0 = 4u * lane;
+    const uint32_t r = u / HV, hv = u % HV, h = hv / (HV / H);
+    const RowStep st = row_step(p, a.b.header, r);
+    const uint32_t n = RING ? st.n : 0u;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t Kg = kda ? K : 1u;
+    const bool mine = c0 < K;
+    uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+    RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
+    float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const size_t io_row = (size_t)a.layer * p.max_rows + r;
+    if (lane == 0) {
+        const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * (io_bf16 ? 2u : 4u);
+        const uint64_t policy = evict_first_policy();
+        uint8_t *dst = reinterpret_cast<uint8_t *>(co + kCoFloats);
+        bar_expect_tx(bar, d_bytes + v_bytes);
+        if (d_bytes)
+            bulk_load(dst, lb + p.ring_d_offset + (size_t)hv * cap * p.head_v * sizeof(RRaw), d_bytes, bar, policy);
+        bulk_load(dst + kCoDBytes, static_cast<const uint8_t *>(a.b.v) + (io_row * HV + hv) * v_bytes, v_bytes, bar,
+                  policy);
+    }
+
+    /* All of the ring's loads first, so they are in flight together: one
+     * vector of the lane's 4 channels per entry. */
+    using KVec = typename VecOf<4 * sizeof(RRaw)>::T;
+    constexpr int JN = RING ? kJ : 1;
+    KVec kj[JN];
+    float4 gj[JN];
+#pragma unroll
+    for (int j = 0; j < JN; ++j) {
+        const bool in = RING && (uint32_t)j < n && mine;
+        kj[j] = in ? *reinterpret_cast<const KVec *>(ring_k + (size_t)j * K + c0) : KVec{};
+        if (!in)
+            gj[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        else if (kda)
+            gj[j] = *reinterpret_cast<const float4 *>(ring_g + (size_t)j * K + c0);
+        else
+            gj[j] = make_float4(ring_g[j], ring_g[j], ring_g[j], ring_g[j]);
+    }
+    float q[4], k[4], g[4], alpha[4];
+    /* channel_inputs' layout (first + stride i) with stride 1 */
+    float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
+    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const size_t qk_at = (io_row * H + h) * K;
+    const float *gate = a.b.gate + (io_row * HV + hv) * Kg;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t c = c0 + i;
+        q[i] = mine ? load_io(a.b.q, qk_at + c, io_bf16) : 0.0f;
+        k[i] = mine ? load_io(a.b.k, qk_at + c, io_bf16) : 0.0f;
+        g[i] = mine ? gate[kda ? c : 0u] : 0.0f;
+        sq += q[i] * q[i];
+        sk += k[i] * k[i];
+        sqk += q[i] * k[i];
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    sqk = warp_sum(sqk);
+    float qn = p.q_scale, kn = 1.0f;
+    if (p.flags & RSSM_FLAG_QK_L2NORM) {
+        qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
+        kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
+    }
+    const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+    const float *dt_bias = a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t c = c0 + i;
+        if (raw && mine) {
+            const float dt = __ldg(dt_bias + (kda ? c : 0u));
+            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dt)
+                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dt));
+        }
+        alpha[i] = expf(g[i]);
+        q[i] *= qn;
+        k[i] *= kn;
+    }
+    const float b_in = a.b.beta[io_row * HV + hv];
+
+    /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
+     * the c_j dot products on the way. */
+    float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+    for (int j = JN - 1; j >= 0; --j) {
+        if (!RING || (uint32_t)j >= n)
+            continue;
+        const RRaw *kr = reinterpret_cast<const RRaw *>(&kj[j]);
+        const float gs[4] = {gj[j].x, gj[j].y, gj[j].z, gj[j].w};
+        float kg[4], dq = 0.0f, dk = 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            kg[i] = to_f<RT>(kr[i]) * (expf(s[i]) * alpha[i]);
+            s[i] += gs[i];
+            dq += kg[i] * q[i];
+            dk += kg[i] * k[i];
+        }
+        if (mine)
+            *reinterpret_cast<float4 *>(co + kCoKG + j * kMaxK + c0) = make_float4(kg[0], kg[1], kg[2], kg[3]);
+        dq = warp_sum(dq);
+        dk = warp_sum(dk);
+        if (lane == 0) {
+            co[kCoCQ + j] = dq;
+            co[kCoCK + j] = dk;
+        }
+    }
+    float ag[4];
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+        ag[i] = alpha[i] * expf(s[i]);
+    if (mine) {
+        *reinterpret_cast<float4 *>(co + kCoAQ + c0) = make_float4(ag[0] * q[0], ag[1] * q[1], ag[2] * q[2], ag[3] * q[3]);
+        *reinterpret_cast<float4 *>(co + kCoAK + c0) = make_float4(ag[0] * k[0], ag[1] * k[1], ag[2] * k[2], ag[3] * k[3]);
+        *reinterpret_cast<float4 *>(co + kCoAG + c0) = make_float4(ag[0], ag[1], ag[2], ag[3]);
+        *reinterpret_cast<float4 *>(co + kCoKV + c0) = make_float4(k[0], k[1], k[2], k[3]);
+        if (RING && !st.flush) {
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                if (hv % (HV / H) == 0)
+                    ring_k[(size_t)n * K + c0 + i] = from_f<RT>(k[i]);
+                if (kda || c0 + i == 0)
+                    ring_g[(size_t)n * Kg + (kda ? c0 + i : 0u)] = g[i];
+            }
+        }
+    }
+    if (lane == 0) {
+        co[kCoMisc] = raw ? sigmoid(b_in) : b_in;
+        co[kCoMisc + 1] = sqk * (qn * kn);
+    }
+}
+
+/* Sums R per-row values over the warp's 32 lanes and returns, in each
+ * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
+ * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
+ * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
+ * the stage's sums cost. */
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
+{
+    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
+#pragma unroll
+    for (int w = R, o = 16; w > 1; w /= 2, o /= 2) {
+        const bool upper = (lane & (uint32_t)o) != 0u;
+#pragma unroll
+        for (int k = 0; k < w / 2; ++k) {
+            /* both halves read first, then chosen: a select between two
+             * array elements would index the array at run time (local memory) */
+            const float lo = v[k], hi = v[k + w / 2];
+            const float send = upper ? lo : hi;
+            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, o);
+        }
+    }
+    float x = v[0];
+#pragma unroll
+    for (int o = 16 / R; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Element e (a compile-time index after unrolling) of 32-bit words w of
+ * ring dtype RT, as a float; no address is taken, so w stays in registers. */
+template <int RT> __device__ __forceinline__ float ring_word_elem(const uint32_t *w, int e)
+{
+    if constexpr (RT == kF32)
+        return __uint_as_float(w[e]);
+    else
+        return to_f<RT>((uint16_t)(w[e / 2] >> (16 * (e % 2))));
+}
+
+/* R values of the ring dtype at p (R * size a multiple of 8 bytes, p
+ * aligned to it) as floats, in as few shared-memory loads as possible. */
+template <int RT, int R> __device__ __forceinline__ void load_ring_rows(const typename Raw<RT>::T *p, float *out)
+{
+    constexpr int PER_WORD = RT == kF32 ? 1 : 2, WORDS = R / PER_WORD;
+    uint32_t w[WORDS];
+    if constexpr (WORDS == 2) {
+        const uint2 v = *reinterpret_cast<const uint2 *>(p);
+        w[0] = v.x;
+        w[1] = v.y;
+    } else {
+        static_assert(WORDS % 4 == 0, "8 or 16-byte multiples");
+#pragma unroll
+        for (int q = 0; q < WORDS / 4; ++q) {
+            const uint4 v = reinterpret_cast<const uint4 *>(p)[q];
+            w[4 * q] = v.x;
+            w[4 * q + 1] = v.y;
+            w[4 * q + 2] = v.z;
+            w[4 * q + 3] = v.w;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        out[i] = ring_word_elem<RT>(w, i);
+}
+
+/* One stage: the outputs of its RC rows, the ring append or the new
+ * checkpoint. Consumer warp w owns the stage's rows w R .. w R + R - 1, lane
+ * l the channels 4 l .. 4 l + 3 of each: every value a lane reads from the
+ * coefficient buffer (a channel's vectors, kg_j on a flush) serves R rows,
+ * which keeps the flush's shared-memory traffic below its FMA work. */
+template <int ST, int RT, bool RING>
+__device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
+                                        const float *co)
+{
+    using Gm = Geometry<ST>;
+    using SV = StateVec<ST, 4>;
+    using SVec = typename SV::T;
+    using RRaw = typename Raw<RT>::T;
+    constexpr int R = Gm::RW;
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t warp = (threadIdx.x >> 5) % Gm::GROUP_WARPS, lane = threadIdx.x & 31u, c0 = 4u * lane;
+    const uint32_t row0 = warp * R, v0 = chunk * Gm::RC + row0;
+    const uint32_t r = m.unit / HV, hv = m.unit % HV, n = m.n;
+    const bool flush = m.flush != 0u, mine = c0 < K;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+
+    float x[R][4];
+#pragma unroll
+    for (int i = 0; i < R; ++i) {
+        const SVec xv = mine ? *reinterpret_cast<const SVec *>(stage + ((size_t)(row0 + i) * K + c0) * Gm::SB) : SVec{};
+        SV::unpack(xv, x[i]);
+    }
+    /* the unit's ring d [n][V] and v [V], from the coefficient buffer */
+    const RRaw *dsm = reinterpret_cast<const RRaw *>(co + kCoFloats) + v0;
+    const uint8_t *vin = reinterpret_cast<const uint8_t *>(co + kCoFloats) + kCoDBytes;
+
+    /* Sbar q and Sbar k per row: the lane's channels, plus (lane j < n) ring
+     * entry j's term, then summed over the warp. */
+    float pq[R], pk[R];
+    {
+        const float4 q4 = mine ? *reinterpret_cast<const float4 *>(co + kCoAQ + c0) : zero4;
+        const float4 k4 = mine ? *reinterpret_cast<const float4 *>(co + kCoAK + c0) : zero4;
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            pq[i] = x[i][0] * q4.x + x[i][1] * q4.y + x[i][2] * q4.z + x[i][3] * q4.w;
+            pk[i] = x[i][0] * k4.x + x[i][1] * k4.y + x[i][2] * k4.z + x[i][3] * k4.w;
+        }
+    }
+    if constexpr (RING) {
+        static_assert(kJ <= 32, "one ring entry per lane");
+        if (lane < n) {
+            float dv[R];
+            load_ring_rows<RT, R>(dsm + (size_t)lane * V, dv);
+            const float cq = co[kCoCQ + lane], ck = co[kCoCK + lane];
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                pq[i] += dv[i] * cq;
+                pk[i] += dv[i] * ck;
+            }
+        }
+    }
+    /* Lane l ends with the sums of row l / LPR of the warp's rows. */
+    constexpr uint32_t LPR = 32u / R;
+    const uint32_t my_row = lane / LPR;
+    const float sq = warp_sum_rows<R>(pq, lane), sk = warp_sum_rows<R>(pk, lane);
+    const float v_in = io_bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(vin)[v0 + my_row])
+                               : reinterpret_cast<const float *>(vin)[v0 + my_row];
+    const float d_mine = co[kCoMisc] * (v_in - sk);
+    uint8_t *lb = a.b.pool + (size_t)m.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
+    if (lane % LPR == 0u) {
+        const size_t out_at = (((size_t)a.layer * p.max_rows + r) * HV + hv) * V + v0 + my_row;
+        store_io(a.b.out, out_at, io_bf16, sq + d_mine * co[kCoMisc + 1]);
+        if (RING && !flush) {
+            RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
+            ring_d[(size_t)n * V + v0 + my_row] = from_f<RT>(d_mine);
+        }
+    }
+    if (!flush)
+        return;
+    float d[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        d[i] = __shfl_sync(0xffffffffu, d_mine, (uint32_t)i * LPR);
+    if (!mine)
+        return;
+
+    /* C' = C alpha Gamma + d k^T + sum_j d_j kg_j^T, rounded to the state
+     * dtype, stored straight from registers. */
+    {
+        const float4 a4 = *reinterpret_cast<const float4 *>(co + kCoAG + c0);
+        const float4 k4 = *reinterpret_cast<const float4 *>(co + kCoKV + c0);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            x[i][0] = x[i][0] * a4.x + d[i] * k4.x;
+            x[i][1] = x[i][1] * a4.y + d[i] * k4.y;
+            x[i][2] = x[i][2] * a4.z + d[i] * k4.z;
+            x[i][3] = x[i][3] * a4.w + d[i] * k4.w;
+        }
+    }
+    if constexpr (RING) {
+#pragma unroll 2
+        for (uint32_t j = 0; j < n; ++j) {
+            const float4 kg = *reinterpret_cast<const float4 *>(co + kCoKG + j * kMaxK + c0);
+            float dv[R];
+            load_ring_rows<RT, R>(dsm + (size_t)j * V, dv);
+#pragma unroll
+            for (int i = 0; i < R; ++i) {
+                x[i][0] += dv[i] * kg.x;
+                x[i][1] += dv[i] * kg.y;
+                x[i][2] += dv[i] * kg.z;
+                x[i][3] += dv[i] * kg.w;
+            }
+        }
+    }
+    uint8_t *C = lb + ((size_t)hv * V + v0) * K * Gm::SB;
+#pragma unroll
+    for (int i = 0; i < R; ++i)
+        __stcs(reinterpret_cast<SVec *>(C + ((size_t)i * K + c0) * Gm::SB), SV::pack(x[i]));
+}
+
+/* ----------------------------------------------------------- the kernel */
+
+template <int ST, int RT, bool RING>
+__global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
+{
+    extern __shared__ __align__(128) uint8_t smem[];
+    uint8_t *stages = smem;
+    uint8_t *coef = smem + kSmemStages;
+    StageMeta *meta = reinterpret_cast<StageMeta *>(smem + kSmemStages + kSmemCoef);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + kSmemStages + kSmemCoef + kSmemMeta);
+    uint64_t *empty = full + kStages, *cfull = empty + kStages, *cempty = cfull + kCoefBufs;
+
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    if (threadIdx.x == 0) {
+        for (int s = 0; s < kStages; ++s) {
+            bar_init(&full[s], 1);
+            /* every consumer lane releases what it read itself */
+            bar_init(&empty[s], 32u * Geometry<ST>::GROUP_WARPS);
+        }
+        for (int b = 0; b < kCoefBufs; ++b) {
+            bar_init(&cfull[b], 32); /* every lane of the writing warp, plus the bulk copies' bytes */
+            bar_init(&cempty[b], 32u * kConsumers);
+        }
+        /* the bulk copies (async proxy) must see the initialised barriers */
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();
+
+    const uint32_t units = active_units(a.p, a.b.header);
+    if (warp == (uint32_t)kProducerWarp) {
+        if (lane == 0)
+            produce<ST, RT, RING>(a, stages, meta, full, empty);
+        return;
+    }
+    if (warp >= (uint32_t)kConsumers) {
+        const uint32_t cw = warp - kConsumers;
+        uint32_t ui = cw;
+        for (uint32_t u = blockIdx.x + cw * gridDim.x; u < units; u += kCoefWarps * gridDim.x, ui += kCoefWarps) {
+            const uint32_t b = ui % kCoefBufs;
+            if (ui >= (uint32_t)kCoefBufs)
+                bar_wait(&cempty[b], ((ui / kCoefBufs) & 1u) ^ 1u);
+            coefficients<RT, RING>(a, u, reinterpret_cast<float *>(coef + (size_t)b * kCoBytes), &cfull[b]);
+            bar_arrive(&cfull[b]);
+        }
+        return;
+    }
+    const uint32_t chunks = a.p.head_v / Geometry<ST>::RC, group = warp / Geometry<ST>::GROUP_WARPS;
+    uint32_t it = 0, ui = 0;
+    for (uint32_t u = blockIdx.x; u < units; u += gridDim.x, ++ui) {
+        const uint32_t b = ui % kCoefBufs;
+        bar_wait(&cfull[b], (ui / kCoefBufs) & 1u);
+        const float *co = reinterpret_cast<const float *>(coef + (size_t)b * kCoBytes);
+        for (uint32_t c = 0; c < chunks; ++c, ++it) {
+            if (it % Geometry<ST>::GROUPS != group)
+                continue;
+            const uint32_t s = it % kStages;
+            bar_wait(&full[s], (it / kStages) & 1u);
+            consume<ST, RT, RING>(a, stages + (size_t)s * kStageBytes, meta[s], c, co);
+            bar_arrive(&empty[s]);
+        }
+        bar_arrive(&cempty[b]);
+    }
+}
+
+using BulkFn = void (*)(const BArgs);
+
+/* [ring dtype, or 3 for no ring][state fp32, bf16] */
+const BulkFn kBulk[4][2] = {
+    {bulk_kernel<kF32, kF32, true>, bulk_kernel<kBF16, kF32, true>},
+    {bulk_kernel<kF32, kF16, true>, bulk_kernel<kBF16, kF16, true>},
+    {bulk_kernel<kF32, kBF16, true>, bulk_kernel<kBF16, kBF16, true>},
+    {bulk_kernel<kF32, kF32, false>, bulk_kernel<kBF16, kF32, false>},
+};
+
+BulkFn bulk_fn(const rssm_kernel_params *p)
+{
+    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
+}
+
+uint32_t rows_per_item(const rssm_kernel_params *p)
+{
+    return p->state_dtype == RSSM_CODE_DTYPE_F32 ? (uint32_t)Geometry<kF32>::RC : (uint32_t)Geometry<kBF16>::RC;
+}
+
+} /* namespace */
+
+extern "C" int rssm_cuda_bulk_supported(const rssm_kernel_params *p)
+{
+    /* Bulk copies move multiples of 16 bytes between 16-byte aligned
+     * addresses; a stage holds whole rows of K <= 128 channels. */
+    const uint32_t rsize = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
+    const uint32_t iosize = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
+    const uint32_t rc = rows_per_item(p);
+    return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->head_k % 32u == 0 && p->head_v % rc == 0 &&
+           p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING && p->slot_bytes % 16u == 0 && p->layer_bytes % 16u == 0 &&
+           p->ring_d_offset % 16u == 0 && (p->head_v * rsize) % 16u == 0 && (p->head_v * iosize) % 16u == 0 &&
+           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= (uint32_t)kCoDBytes &&
+           p->head_v * iosize <= (uint32_t)kCoVBytes;
+}
+
+extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
+{
+    if (!rssm_cuda_bulk_supported(p))
+        return cudaErrorInvalidValue;
+    const BulkFn fn = bulk_fn(p);
+    cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemBytes);
+    if (e != cudaSuccess)
+        return e;
+    int occ = 0;
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, kSmemBytes);
+    if (e != cudaSuccess)
+        return e;
+    if (occ < 1)
+        return cudaErrorInvalidConfiguration;
+    const uint64_t units = (uint64_t)p->max_rows * p->num_v_heads;
+    const uint64_t grid = (uint64_t)(plan->sm_count > 0 ? plan->sm_count : 1) * (uint32_t)occ;
+    /* The pipeline kernel's fields (warps, stages, smem_bytes) stay as they
+     * are, so the plan can still be switched back. */
+    plan->kernel = RSSM_CUDA_KERNEL_BULK;
+    plan->ctas_per_sm = (uint32_t)occ;
+    plan->grid = (uint32_t)(units < grid ? units : grid);
+    return cudaSuccess;
+}
+
+extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                             const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream)
+{
+    if (plan->grid == 0)
+        return cudaErrorInvalidConfiguration;
+    BArgs a;
+    a.p = *p;
+    a.b = *b;
+    a.layer = layer;
+    bulk_fn(p)<<<plan->grid, kThreads, kSmemBytes, stream>>>(a);
+    return cudaGetLastError();
+}
