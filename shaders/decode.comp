@@ -148,8 +148,14 @@ shared vec4 s_red[SG_COUNT];
 
 #if RSSM_REPLAY
 shared float s_gam[RING_LEN];  // GDN: alpha * gamma_j
-shared float s_cq[RING_LEN];   // c_j(q)
-shared float s_ck[RING_LEN];   // c_j(k)
+shared vec2 s_cpart[SG_COUNT * RING_LEN];  // (c_j(q), c_j(k)), one subgroup's share
+shared float s_rq[HEAD_V];     // the ring's share of Sbar q: sum_j d_j c_j(q)
+shared float s_rk[HEAD_V];     // and of Sbar k
+// Ring entry j's d[v], read from the pool where it is used, not staged in
+// shared memory: the ring readout reads each value once, and a flush's row
+// update once more with one index for its whole subgroup.
+#define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
+#define RING_D2(j, v) pool_load2(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #endif
 
 #if RSSM_TILES != 0
@@ -180,16 +186,10 @@ void kk4_set(uint j, uint q, vec4 x)
     s_kk[j * KK_STRIDE + 4u * q + 2u] = x.z;
     s_kk[j * KK_STRIDE + 4u * q + 3u] = x.w;
 }
-// The `_cm` kernels' shared memory goes to the tile staging instead.
-#define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #elif RSSM_REPLAY
 shared vec4 s_kk4[RING_LEN * KQ];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
 #define KK4(j, q) s_kk4[(j) * KQ + (q)]
 void kk4_set(uint j, uint q, vec4 x) { s_kk4[j * KQ + q] = x; }
-// The ring's d_j[v] in fp32, loaded and converted once per head: the readout
-// and the flush read each value once per row otherwise.
-shared float s_dr[RING_LEN * HEAD_V];
-#define RING_D(j, v) s_dr[(j) * HEAD_V + (v)]
 #endif
 
 // Sums a vec4 over the workgroup; every invocation gets the total. Also a
@@ -229,13 +229,15 @@ float gate_g(float a, float alog, float bias)
 
 // The readout of the ROW_BLOCK rows v0 + r*SG_COUNT: Sbar_q, Sbar_k, then
 // d and o into s_d, s_o; leaves d[r] in scope. KEEP_ROW sees each loaded
-// quad `cv` of row r, quad i.
+// quad `cv` of row r, quad i. No loop in here may have a run-time trip count:
+// the row and quad loops must unroll so pq, d and the caller's rows stay in
+// registers (an indexed array is a memory round trip per element on a CPU
+// device, where a subgroup is one SIMD register).
 #if RSSM_REPLAY
 #define RSSM_READOUT_RING(r, v)                                                    \
-    for (uint j = lane; j < n && v < V; j += SG_SIZE) {                            \
-        const float dj = RING_D(j, v);                                             \
-        pq[r] += dj * s_cq[j];                                                     \
-        pk[r] += dj * s_ck[j];                                                     \
+    if (n > 0u) {                                                                  \
+        sq[r] += s_rq[v];                                                          \
+        sk[r] += s_rk[v];                                                          \
     }
 #else
 #define RSSM_READOUT_RING(r, v)
@@ -262,15 +264,15 @@ float gate_g(float a, float alog, float bias)
                 pk[r] += cv.w * wk.w;                                              \
             }                                                                      \
         }                                                                          \
-        RSSM_READOUT_RING(r, v)                                                    \
     }                                                                              \
-    const vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));                 \
-    const vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));                 \
+    precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));               \
+    precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));               \
     float d[ROW_BLOCK];                                                            \
     for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
         const uint v = v0 + r * SG_COUNT;                                          \
         d[r] = 0.0;                                                                \
         if (v < V) {                                                               \
+            RSSM_READOUT_RING(r, v)                                                \
             precise const float dv = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk[r]); \
             precise const float o = sq[r] + dv * kq;                               \
             d[r] = dv;                                                             \
@@ -355,7 +357,17 @@ void main()
     }
 #endif
 
-    // Per channel quad: normalise, decays, ring coefficients KK_j.
+    // Per channel quad: normalise, decays, ring coefficients KK_j and this
+    // invocation's share of c_j(q), c_j(k) (cpq, cpk: entry n-1-jj), taken
+    // from KK_j while it is in registers; KK_j itself is kept only for a
+    // flush.
+#if RSSM_REPLAY
+    float cpq[RING_LEN], cpk[RING_LEN];
+    for (uint jj = 0u; jj < RING_CAP; jj++) {
+        cpq[jj] = 0.0;
+        cpk[jj] = 0.0;
+    }
+#endif
     for (uint cq = t; cq < KQ; cq += WG_SIZE) {
         const uint c = 4u * cq;
         const vec4 qn = s_q4[cq] * qs, kn = s_k4[cq] * rk;
@@ -374,48 +386,68 @@ void main()
         const vec4 alpha = exp(g);
         vec4 Gamma = vec4(1.0);
 #if RSSM_REPLAY
-        if (kda) {
-            vec4 s = vec4(0.0);
-            for (uint jj = 0u; jj < n; jj++) {
+        // Newest entry first (KDA sums g that way). A constant trip count
+        // keeps cpq, cpk out of memory: the loop unrolls.
+        vec4 s = vec4(0.0);
+        for (uint jj = 0u; jj < RING_CAP; jj++) {
+            if (jj < n) {
                 const uint j = n - 1u - jj;
                 const vec4 kj = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
-                kk4_set(j, cq, kj * (exp(s) * alpha));
-                s += uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + c) >> 2]);
+                const vec4 kk = kda ? kj * (exp(s) * alpha) : kj * s_gam[j];
+                if (flush)
+                    kk4_set(j, cq, kk);
+                cpq[jj] += dot4(kk, qn);
+                cpk[jj] += dot4(kk, kn);
+                if (kda)
+                    s += uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + c) >> 2]);
             }
-            if (n > 0u)
-                Gamma = exp(s);
-        } else {
-            for (uint j = 0u; j < n; j++)
-                kk4_set(j, cq, pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c) * s_gam[j]);
-            if (n > 0u)
-                Gamma = vec4(exp(gdn_s));
         }
+        if (n > 0u)
+            Gamma = kda ? exp(s) : vec4(exp(gdn_s));
 #endif
         const vec4 ag = alpha * Gamma;
         s_ag4[cq] = ag;
         s_wq4[cq] = ag * qn;
         s_wk4[cq] = ag * kn;
     }
-#if RSSM_REPLAY && RSSM_TILES == 0
-    for (uint i = t; i < n * V; i += WG_SIZE)
-        s_dr[i] = pool_load(RING_DT, rd_base, hv * RING_CAP * V + i);
+#if RSSM_REPLAY
+    for (uint jj = 0u; jj < RING_CAP; jj++) {
+        if (jj < n) {
+            const vec2 c = subgroupAdd(vec2(cpq[jj], cpk[jj]));
+            if (subgroupElect())
+                s_cpart[sg * RING_LEN + n - 1u - jj] = c;
+        }
+    }
 #endif
     barrier();
 
 #if RSSM_REPLAY
-    // c_j(q), c_j(k): one subgroup per ring entry.
-    for (uint j = sg; j < n; j += SG_COUNT) {
-        float pq = 0.0, pk = 0.0;
-        for (uint cq = lane; cq < KQ; cq += SG_SIZE) {
-            const vec4 kk = KK4(j, cq);
-            pq += dot4(kk, s_q4[cq]);
-            pk += dot4(kk, s_k4[cq]);
+    // The ring's share of the readout, sum_j d_j[v] c_j, two rows per
+    // invocation (one word of a 16-bit ring): c_j is the same for all rows,
+    // and no row needs a reduction.
+    if (n > 0u) {
+        float cq_r[RING_LEN], ck_r[RING_LEN];
+        for (uint j = 0u; j < RING_CAP; j++) {
+            vec2 c = vec2(0.0);
+            if (j < n)
+                for (uint i = 0u; i < SG_COUNT; i++)
+                    c += s_cpart[i * RING_LEN + j];
+            cq_r[j] = c.x;
+            ck_r[j] = c.y;
         }
-        pq = subgroupAdd(pq);
-        pk = subgroupAdd(pk);
-        if (subgroupElect()) {
-            s_cq[j] = pq;
-            s_ck[j] = pk;
+        for (uint v = 2u * t; v < V; v += 2u * WG_SIZE) {
+            precise vec2 rq = vec2(0.0), rk = vec2(0.0);
+            for (uint j = 0u; j < RING_CAP; j++) {
+                if (j < n) {
+                    const vec2 dj = RING_D2(j, v);
+                    rq += dj * cq_r[j];
+                    rk += dj * ck_r[j];
+                }
+            }
+            s_rq[v] = rq.x;
+            s_rq[v + 1u] = rq.y;
+            s_rk[v] = rk.x;
+            s_rk[v + 1u] = rk.y;
         }
     }
     barrier();

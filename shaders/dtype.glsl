@@ -84,6 +84,13 @@ float rssm_round_f16(float f) { return rssm_f16_to_f32(rssm_f32_to_f16(f)); }
         uint word = BUF.w[base + (i >> 1)];                                         \
         return rssm_from16(dt, (i & 1u) != 0u ? word >> 16 : word & 0xffffu);       \
     }                                                                               \
+    vec2 NAME##_load2(uint dt, uint base, uint i) /* i % 2 == 0 */                  \
+    {                                                                               \
+        if (dt == RSSM_CODE_DTYPE_F32)                                              \
+            return uintBitsToFloat(uvec2(BUF.w[base + i], BUF.w[base + i + 1u]));   \
+        uint word = BUF.w[base + (i >> 1)];                                         \
+        return vec2(rssm_from16(dt, word & 0xffffu), rssm_from16(dt, word >> 16));  \
+    }                                                                               \
     vec4 NAME##_load4(uint dt, uint base, uint i) /* i % 4 == 0 */                  \
     {                                                                               \
         if (dt == RSSM_CODE_DTYPE_F32)                                              \

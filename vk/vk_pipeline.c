@@ -17,9 +17,9 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
     size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
     if (!m->replay)
         return bytes;
-    bytes += 3 * L * 4; /* s_gam s_cq s_ck */
+    bytes += L * 4 + S * L * 8 + 2 * V * 4; /* s_gam, s_cpart, s_rq s_rk */
     if (!uses_tiles(ctx, m))
-        return bytes + L * K * 4 + L * V * 4; /* s_kk, s_dr */
+        return bytes + L * K * 4; /* s_kk4 */
     const size_t tm = ctx->tile_m, tn = ctx->tile_n, tk = ctx->tile_k;
     const size_t pv = round_up(V, tm), pj = round_up(L, tk), pk = round_up(K, tn);
     if (ctx->kernels == VK_KERNELS_COOPMAT) /* fp16 staging, fp32 s_kk, accumulator scratch */
