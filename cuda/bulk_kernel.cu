@@ -159,14 +159,6 @@ __device__ __forceinline__ uint64_t evict_first_policy()
     return policy;
 }
 
-__device__ __forceinline__ float warp_sum(float x)
-{
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 /* The row header of batch row r: slot, ring entries n and the flush
  * decision, taken on the device (DESIGN §2). */
 struct RowStep {
@@ -286,44 +278,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
             gj[j] = make_float4(ring_g[j], ring_g[j], ring_g[j], ring_g[j]);
     }
     float q[4], k[4], g[4], alpha[4];
-    /* channel_inputs' layout (first + stride i) with stride 1 */
-    float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
-    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-    const size_t qk_at = (io_row * H + h) * K;
-    const float *gate = a.b.gate + (io_row * HV + hv) * Kg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t c = c0 + i;
-        q[i] = mine ? load_io(a.b.q, qk_at + c, io_bf16) : 0.0f;
-        k[i] = mine ? load_io(a.b.k, qk_at + c, io_bf16) : 0.0f;
-        g[i] = mine ? gate[kda ? c : 0u] : 0.0f;
-        sq += q[i] * q[i];
-        sk += k[i] * k[i];
-        sqk += q[i] * k[i];
-    }
-    sq = warp_sum(sq);
-    sk = warp_sum(sk);
-    sqk = warp_sum(sqk);
-    float qn = p.q_scale, kn = 1.0f;
-    if (p.flags & RSSM_FLAG_QK_L2NORM) {
-        qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
-        kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
-    }
-    const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
-    const float *dt_bias = a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const uint32_t c = c0 + i;
-        if (raw && mine) {
-            const float dt = __ldg(dt_bias + (kda ? c : 0u));
-            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dt)
-                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dt));
-        }
-        alpha[i] = expf(g[i]);
-        q[i] *= qn;
-        k[i] *= kn;
-    }
-    const float b_in = a.b.beta[io_row * HV + hv];
+    const RowIn in = channel_inputs<4, 1>(a, r, hv, c0, 1u, q, k, g, alpha, nullptr);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
      * the c_j dot products on the way. */
@@ -371,8 +326,8 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
         }
     }
     if (lane == 0) {
-        co[kCoMisc] = raw ? sigmoid(b_in) : b_in;
-        co[kCoMisc + 1] = sqk * (qn * kn);
+        co[kCoMisc] = in.beta;
+        co[kCoMisc + 1] = in.kq;
     }
 }
 

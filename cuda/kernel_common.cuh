@@ -1,8 +1,9 @@
 /*
- * Storage helpers shared by the decode kernels (decode_kernel.cu,
- * packed_kernel.cu): the state, ring and io dtypes to and from fp32, 16- or
- * 8-byte vectors of checkpoint values, and the gate functions. Device code
- * only, all inline (each .cu is compiled whole, without device linking).
+ * Helpers shared by the decode kernels (decode_kernel.cu, stream_kernel.cu,
+ * bulk_kernel.cu): the state, ring and io dtypes to and from fp32, 16- or
+ * 8-byte vectors of checkpoint values, the gate functions, and a step's
+ * per-channel inputs of one (row, value head). Device code only, all inline
+ * (each .cu is compiled whole, without device linking).
  */
 #ifndef RSSM_KERNEL_COMMON_CUH
 #define RSSM_KERNEL_COMMON_CUH
@@ -96,6 +97,97 @@ __device__ __forceinline__ float softplus(float x)
 }
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
+
+/* ------------------------------------------------- step inputs */
+
+__device__ __forceinline__ float warp_sum(float x)
+{
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* The per-channel inputs of (row r, value head hv) of layer a.layer (Args:
+ * any struct with p, b and layer) for the NC channels
+ * c = first + stride * i this thread owns: q (normalised and scaled), k
+ * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
+ * are over the warp (W = 1) or the CTA of W warps, through red[3 * W]
+ * (shared; every thread of the CTA must call then). */
+struct RowIn {
+    float kq, beta;
+};
+
+template <int NC, int W, typename Args>
+__device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t r, uint32_t hv, uint32_t first,
+                                                uint32_t stride, float *q, float *k, float *g, float *alpha,
+                                                float *red)
+{
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
+    const uint32_t h = hv / (HV / H);
+    const size_t io_row = (size_t)a.layer * p.max_rows + r;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const uint32_t Kg = kda ? K : 1u;
+    const size_t qk_at = (io_row * H + h) * K;
+    const float *gate = a.b.gate + (io_row * HV + hv) * Kg;
+    const float b_in = a.b.beta[io_row * HV + hv];
+    float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const uint32_t c = first + stride * i;
+        q[i] = c < K ? load_io(a.b.q, qk_at + c, io_bf16) : 0.0f;
+        k[i] = c < K ? load_io(a.b.k, qk_at + c, io_bf16) : 0.0f;
+        g[i] = c < K ? gate[kda ? c : 0u] : 0.0f;
+        sq += q[i] * q[i];
+        sk += k[i] * k[i];
+        sqk += q[i] * k[i];
+    }
+    sq = warp_sum(sq);
+    sk = warp_sum(sk);
+    sqk = warp_sum(sqk);
+    if (W > 1) {
+        const uint32_t lane = threadIdx.x & 31u, warp = threadIdx.x >> 5;
+        if (lane == 0) {
+            red[3 * warp] = sq;
+            red[3 * warp + 1] = sk;
+            red[3 * warp + 2] = sqk;
+        }
+        __syncthreads();
+        sq = sk = sqk = 0.0f;
+#pragma unroll
+        for (int w = 0; w < W; ++w) {
+            sq += red[3 * w];
+            sk += red[3 * w + 1];
+            sqk += red[3 * w + 2];
+        }
+    }
+    float qn = p.q_scale, kn = 1.0f;
+    if (p.flags & RSSM_FLAG_QK_L2NORM) {
+        qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
+        kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
+    }
+    const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+    const float *dt_bias = a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg;
+#pragma unroll
+    for (int i = 0; i < NC; ++i) {
+        const uint32_t c = first + stride * i;
+        if (raw && c < K) {
+            const float dt = __ldg(dt_bias + (kda ? c : 0u));
+            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dt)
+                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dt));
+        }
+        alpha[i] = expf(g[i]);
+        q[i] *= qn;
+        k[i] *= kn;
+    }
+    RowIn o;
+    o.kq = sqk * (qn * kn);
+    o.beta = raw ? sigmoid(b_in) : b_in;
+    return o;
+}
 
 } /* namespace rssm_kc */
 

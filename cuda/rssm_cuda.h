@@ -58,7 +58,9 @@ typedef struct rssm_cuda_buffers {
  * (batch row, value head); persistent CTAs walk the items with `stages`
  * items' loads in flight.
  * Stream kernel: a work item is 8 * rows_per_lane value rows of one (batch
- * row, value head), one item per warp, RSSM_CUDA_STREAM_WARPS warps per CTA. */
+ * row, value head), one item per warp, RSSM_CUDA_STREAM_WARPS warps per CTA.
+ * Bulk kernel: one CTA per SM (grid and ctas_per_sm set by prepare), its
+ * launch shape fixed in bulk_kernel.cu; the pipeline fields stay valid. */
 typedef struct rssm_cuda_plan {
     uint32_t kernel;            /* RSSM_CUDA_KERNEL_* */
     uint32_t rows_per_lane;     /* stream kernel: 1, 2 or 4 */

@@ -374,6 +374,28 @@ ReplayTimes time_replay(Setup &s, uint32_t L, uint32_t B, cudaStream_t stream, i
 
 const char *dname(rssm_dtype t) { return rssm_dtype_name(t); }
 
+/* Median milliseconds of 9 runs of `op` on `stream`, after one warm-up. */
+template <typename Op> double median_ms(cudaStream_t stream, Op op)
+{
+    cudaEvent_t e0, e1;
+    BCHECK(cudaEventCreate(&e0));
+    BCHECK(cudaEventCreate(&e1));
+    std::vector<float> t(9);
+    op();
+    for (float &x : t) {
+        BCHECK(cudaEventRecord(e0, stream));
+        op();
+        BCHECK(cudaEventRecord(e1, stream));
+        BCHECK(cudaEventSynchronize(e1));
+        BCHECK(cudaEventElapsedTime(&x, e0, e1));
+    }
+    std::sort(t.begin(), t.end());
+    BCHECK(cudaEventDestroy(e0));
+    BCHECK(cudaEventDestroy(e1));
+    return (double)t[4];
+}
+
+/* Device-to-device copy of 2 GiB, bytes read + written per second. */
 double copy_bandwidth(cudaStream_t stream)
 {
     const size_t bytes = (size_t)2 << 30;
@@ -381,24 +403,10 @@ double copy_bandwidth(cudaStream_t stream)
     BCHECK(cudaMalloc(&a, bytes));
     BCHECK(cudaMalloc(&b, bytes));
     BCHECK(cudaMemsetAsync(a, 1, bytes, stream));
-    cudaEvent_t e0, e1;
-    BCHECK(cudaEventCreate(&e0));
-    BCHECK(cudaEventCreate(&e1));
-    std::vector<float> t(9);
-    BCHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-    for (float &x : t) {
-        BCHECK(cudaEventRecord(e0, stream));
-        BCHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream));
-        BCHECK(cudaEventRecord(e1, stream));
-        BCHECK(cudaEventSynchronize(e1));
-        BCHECK(cudaEventElapsedTime(&x, e0, e1));
-    }
-    std::sort(t.begin(), t.end());
+    const double ms = median_ms(stream, [&] { BCHECK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, stream)); });
     BCHECK(cudaFree(a));
     BCHECK(cudaFree(b));
-    BCHECK(cudaEventDestroy(e0));
-    BCHECK(cudaEventDestroy(e1));
-    return 2.0 * (double)bytes / ((double)t[4] * 1e-3);
+    return 2.0 * (double)bytes / (ms * 1e-3);
 }
 
 /* --batches: a subset of the sweep's batch sizes, for quick checks */
@@ -433,24 +441,13 @@ double read_bandwidth(cudaStream_t stream, int sm_count)
     BCHECK(cudaMalloc(&a, bytes));
     BCHECK(cudaMalloc(&sink, (size_t)blocks * threads * 4));
     BCHECK(cudaMemsetAsync(a, 1, bytes, stream));
-    cudaEvent_t e0, e1;
-    BCHECK(cudaEventCreate(&e0));
-    BCHECK(cudaEventCreate(&e1));
-    std::vector<float> t(9);
-    read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4 *>(a), n, static_cast<uint32_t *>(sink));
-    for (float &x : t) {
-        BCHECK(cudaEventRecord(e0, stream));
+    const double ms = median_ms(stream, [&] {
         read_kernel<<<blocks, threads, 0, stream>>>(static_cast<const uint4 *>(a), n, static_cast<uint32_t *>(sink));
-        BCHECK(cudaEventRecord(e1, stream));
-        BCHECK(cudaEventSynchronize(e1));
-        BCHECK(cudaEventElapsedTime(&x, e0, e1));
-    }
-    std::sort(t.begin(), t.end());
+        BCHECK(cudaGetLastError());
+    });
     BCHECK(cudaFree(a));
     BCHECK(cudaFree(sink));
-    BCHECK(cudaEventDestroy(e0));
-    BCHECK(cudaEventDestroy(e1));
-    return (double)bytes / ((double)t[4] * 1e-3);
+    return (double)bytes / (ms * 1e-3);
 }
 
 int run_bench(const char *json_path, bool quick)
