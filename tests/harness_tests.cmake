@@ -8,7 +8,7 @@ add_executable(test_conform test_conform.c)
 target_link_libraries(test_conform PRIVATE rssm_harness rssm ${RSSM_CMOCKA} m)
 add_test(NAME conform COMMAND test_conform)
 set_tests_properties(conform PROPERTIES
-  ENVIRONMENT "RSSM_VK_VALIDATION=1"
+  ENVIRONMENT "${RSSM_TEST_ENV}"
   LABELS "conformance"
   TIMEOUT 900)
 
@@ -16,5 +16,5 @@ add_executable(test_trace test_trace.c)
 target_link_libraries(test_trace PRIVATE rssm_harness rssm ${RSSM_CMOCKA} m)
 add_test(NAME trace COMMAND test_trace)
 set_tests_properties(trace PROPERTIES
-  ENVIRONMENT "RSSM_VK_VALIDATION=1"
+  ENVIRONMENT "${RSSM_TEST_ENV}"
   TIMEOUT 300)

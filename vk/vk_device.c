@@ -417,10 +417,7 @@ static rssm_status create_queue_objects(vk_ctx *ctx, rssm_error *err)
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &ctx->transfer_fence)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkCreateFence", err);
-    VkPipelineCacheCreateInfo cci = {.sType = VK_STRUCTURE_TYPE_PIPELINE_CACHE_CREATE_INFO};
-    if ((r = ctx->vk.vkCreatePipelineCache(ctx->device, &cci, NULL, &ctx->pipeline_cache)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreatePipelineCache", err);
-    return RSSM_OK;
+    return vk_cache_create(ctx, err);
 }
 
 rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
@@ -500,6 +497,8 @@ void vk_ctx_destroy(vk_ctx *ctx)
     if (ctx->instance)
         ctx->fi.DestroyInstance(ctx->instance, NULL);
     pthread_mutex_destroy(&ctx->queue_lock);
+    if (ctx->cache_lock_ready)
+        pthread_mutex_destroy(&ctx->cache_lock);
     free(ctx);
 }
 
@@ -513,18 +512,23 @@ static const char *kernels_name(vk_kernels k)
     return "?";
 }
 
-void vk_describe(const vk_ctx *ctx, char *buf, size_t size)
+void vk_describe(vk_ctx *ctx, char *buf, size_t size)
 {
+    char note[sizeof ctx->cache_note];
+    pthread_mutex_lock(&ctx->cache_lock);
+    snprintf(note, sizeof note, "%s", ctx->cache_note);
+    pthread_mutex_unlock(&ctx->cache_lock);
     snprintf(buf, size,
              "kernels: %s\n"
              "subgroup size: %u (%s)\n"
              "cooperative matrix: %s\n"
              "shared memory: %u bytes per workgroup\n"
              "timestamps: %s\n"
+             "pipeline cache: %s\n"
              "validation: %s\n",
              kernels_name(ctx->kernels), ctx->subgroup_size,
              ctx->subgroup_size_control ? "required per pipeline" : "device default",
              ctx->coopmat_note, ctx->props.limits.maxComputeSharedMemorySize,
-             ctx->timestamp_bits ? "yes" : "no (wall clock)",
+             ctx->timestamp_bits ? "yes" : "no (wall clock)", note,
              ctx->validation ? "VK_LAYER_KHRONOS_validation (RSSM_VK_VALIDATION=1: any message fails)" : "off");
 }

@@ -14,6 +14,9 @@
 /* Subgroups per workgroup; must match SG_COUNT in shaders/decode.comp. */
 #define VK_SUBGROUPS_PER_WORKGROUP 4u
 
+/* Longest pipeline-cache file path (vk_cache.c). */
+#define VK_CACHE_PATH_MAX 512
+
 /* Which decode kernels a backend instance runs. */
 typedef enum vk_kernels {
     VK_KERNELS_PORTABLE = 0,       /* subgroup arithmetic + shared memory */
@@ -78,6 +81,12 @@ typedef struct vk_ctx {
     VkCommandBuffer transfer_cmd;   /* one-shot copies, always waited on */
     VkFence transfer_fence;
     VkPipelineCache pipeline_cache;
+    /* its file (vk_cache.c): "" when the disk cache is off */
+    char cache_path[VK_CACHE_PATH_MAX];
+    char cache_note[VK_CACHE_PATH_MAX + 128];  /* what happened to it, for describe */
+    size_t cache_bytes;                        /* what the file holds */
+    pthread_mutex_t cache_lock;                /* path, note, bytes, the file */
+    bool cache_lock_ready;
 
     char device_line[320];
 } vk_ctx;
@@ -117,7 +126,7 @@ typedef struct vk_batch {
 /* ---- vk_device.c */
 rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err);
 void vk_ctx_destroy(vk_ctx *ctx);
-void vk_describe(const vk_ctx *ctx, char *buf, size_t size);
+void vk_describe(vk_ctx *ctx, char *buf, size_t size);
 /* RSSM_ERR_DEVICE "validation: ..." when the layer reported something since
  * the last call (and forgets it); RSSM_OK otherwise. */
 rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
@@ -136,6 +145,12 @@ void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
 rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);
+
+/* ---- vk_cache.c: the pipeline cache, kept on disk between processes */
+/* Creates ctx->pipeline_cache from the device's cache file, if any. */
+rssm_status vk_cache_create(vk_ctx *ctx, rssm_error *err);
+/* Writes the cache back when it has grown; failures go to ctx->cache_note. */
+void vk_cache_store(vk_ctx *ctx);
 
 /* ---- vk_pipeline.c */
 /* Shared memory the decode kernel needs for this model with the context's

@@ -103,5 +103,6 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
     ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
     if (r != VK_SUCCESS)
         return vk_fail(ctx, r, "vkCreateComputePipelines", err);
+    vk_cache_store(ctx);
     return RSSM_OK;
 }
