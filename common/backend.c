@@ -86,6 +86,14 @@ void rssm_backend_destroy(rssm_backend **b)
 
 const char *rssm_backend_name(const rssm_backend *b) { return b ? b->name : "(null)"; }
 
+const char *rssm_backend_kernels(const rssm_backend *b)
+{
+    if (!b)
+        return "(null)";
+    const char *k = b->ops->kernels ? b->ops->kernels(b->ctx) : NULL;
+    return k ? k : b->name;
+}
+
 const char *rssm_backend_device(const rssm_backend *b)
 {
     return b ? b->ops->device(b->ctx) : "(null)";

@@ -90,6 +90,12 @@ typedef struct rssm_backend_ops {
     /* Optional (NULL: fp32). The dtype the flush's matrix product rounds
      * its operands to for this model, beyond the storage dtypes. */
     rssm_dtype (*matrix_dtype)(void *ctx, const rssm_model *m);
+
+    /* Optional (NULL: the instance's own variant name). The variant whose
+     * kernels this instance runs, for a variant that resolves to another
+     * one on the device at hand ("vulkan" without cooperative matrices runs
+     * the kernels of "vulkan:portable"). */
+    const char *(*kernels)(void *ctx);
 } rssm_backend_ops;
 
 /* Every backend compiled in, in preference order; NULL-terminated. */

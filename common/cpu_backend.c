@@ -185,11 +185,10 @@ static void cpu_describe(void *ctx, char *buf, size_t size)
 {
     cpu_ctx *c = ctx;
     snprintf(buf, size,
-             "device: %s\n"
              "threads: %u (%s)\n"
              "kernels: %s (variant '%s', %s; built in: %s), fp32 arithmetic, FMA where the "
              "variant has it\n",
-             c->device, c->thread_count,
+             c->thread_count,
              c->threads_from_env ? "from RSSM_CPU_THREADS" : "online cores; set RSSM_CPU_THREADS to change",
              c->variant->isa(), c->variant->name,
              c->variant_from_env ? "from RSSM_CPU_VARIANT" : "the best this CPU runs",

@@ -493,4 +493,5 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
      * halves (16-bit rings) or runs on FFMA (fp32 rings), so it rounds
      * nothing beyond the storage dtypes: fp32, the default. */
     nullptr,
+    nullptr, /* kernels: every variant name runs its own kernels */
 };

@@ -26,6 +26,17 @@
 extern "C" {
 #endif
 
+/* ----------------------------------------------------------------- version */
+
+/* The one place the version is written; CMake reads it from here. */
+#define RSSM_VERSION_MAJOR 0
+#define RSSM_VERSION_MINOR 2
+#define RSSM_VERSION_PATCH 0
+
+/* The version of the library linked in, "MAJOR.MINOR.PATCH" (which may
+ * differ from the header's macros when linking against another build). */
+const char *rssm_version_string(void);
+
 /* ------------------------------------------------------------------ status */
 
 typedef enum rssm_status {
@@ -139,6 +150,13 @@ void rssm_backend_destroy(rssm_backend **b);
 /* The full name ("vulkan:portable") and a one-line device description. */
 const char *rssm_backend_name(const rssm_backend *b);
 const char *rssm_backend_device(const rssm_backend *b);
+
+/* The variant whose kernels this backend runs on its device: its own name,
+ * unless the name resolved to another variant there ("vulkan" on a device
+ * without cooperative matrices runs "vulkan:portable"). Two backends on one
+ * device with the same string run the same code; the conformance tools
+ * check such a pair once. */
+const char *rssm_backend_kernels(const rssm_backend *b);
 
 /* A few lines on the device and its features, for `rssm info`. */
 rssm_status rssm_backend_describe(const rssm_backend *b, char *buf, size_t size, rssm_error *err);

@@ -568,7 +568,7 @@ int cmd_bench(int argc, char **argv)
     rssm_status st = rssm_backend_create(backend, &b, &err);
     if (st != RSSM_OK) {
         fprintf(stderr, "rssm bench: cannot start backend '%s': %s\n", backend, err.message);
-        return 1;
+        return st == RSSM_ERR_INVALID_ARGUMENT ? CLI_USAGE : 1;
     }
     const char *bname = rssm_backend_name(b);
     /* The default state size must beat the last-level cache, which rssm

@@ -14,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <pthread.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define MAX_BACKENDS 16
 #define MAX_FILTERS 16
@@ -27,8 +29,11 @@ static void help(void)
            "packed, and compares outputs (all steps) and the final true states against a\n"
            "float64 oracle by relative L2 error. Outputs are poisoned with NaN before every\n"
            "step; NaN never passes. A backend that cannot start, or does not support a case,\n"
-           "is reported as SKIP with the reason. Exit status: 0 if nothing failed, 1 if any\n"
-           "case failed, 2 on a usage error.\n"
+           "is reported as SKIP with the reason; a name that runs the same kernels as an\n"
+           "earlier one on the same device (\"vulkan\" without cooperative matrices runs\n"
+           "\"vulkan:portable\") is checked once, under the earlier name. Exit status: 0 if\n"
+           "nothing failed, 1 if any case failed, 2 on a usage error (an unknown option,\n"
+           "backend name or trace directory).\n"
            "\n"
            "options:\n"
            "  --backend NAME   run on NAME only (repeatable; default: every backend built in)\n"
@@ -41,6 +46,8 @@ static void help(void)
            "  --batch N        rows per step (default 4)\n"
            "  --quick          one layer and a quarter of the presets' heads (K = V = 128\n"
            "                   kept): the same cases, about 8x less work\n"
+           "  --jobs N         check up to N backends at once (default: the CPUs online);\n"
+           "                   each backend stays on one thread, rows print in order\n"
            "  --trace DIR      check the trace stored in DIR (docs/trace-format.md) instead\n"
            "                   of the generated cases; if DIR has expected_out.npy the oracle\n"
            "                   is checked against it too\n"
@@ -90,7 +97,9 @@ static void print_row(const char *c, const char *backend, const rh_result *r)
 typedef struct backend_slot {
     const char *name;
     rssm_backend *b;
+    rssm_backend *other; /* where its MIGRATE cases move slots; its own instance */
     char why[RSSM_ERROR_MESSAGE_MAX + 32];
+    rh_result result;    /* of the case in progress */
 } backend_slot;
 
 static int same_family(const char *a, const char *b)
@@ -100,22 +109,22 @@ static int same_family(const char *a, const char *b)
 }
 
 /* The backend a MIGRATE case moves slots to: the CPU for a GPU backend; for
- * the CPU, the first other family that started, else a second CPU. */
-static rssm_backend *pick_other(backend_slot *bs, size_t n, size_t self, rssm_backend **spare)
+ * the CPU, the first other family that started, else a second CPU. Each
+ * backend gets an instance of its own, so backends can run side by side. */
+static rssm_backend *make_other(const backend_slot *bs, size_t n, size_t self)
 {
-    const char *me = bs[self].name;
-    if (!same_family(me, "cpu")) {
+    const char *me = bs[self].name, *name = "cpu";
+    if (same_family(me, "cpu")) {
         for (size_t i = 0; i < n; i++)
-            if (bs[i].b && same_family(bs[i].name, "cpu"))
-                return bs[i].b;
-    } else {
-        for (size_t i = 0; i < n; i++)
-            if (bs[i].b && !same_family(bs[i].name, "cpu"))
-                return bs[i].b;
+            if (bs[i].b && !same_family(bs[i].name, "cpu")) {
+                name = bs[i].name;
+                break;
+            }
     }
-    if (!*spare && rssm_backend_create("cpu", spare, NULL) != RSSM_OK)
-        *spare = NULL;
-    return *spare;
+    rssm_backend *b = NULL;
+    if (rssm_backend_create(name, &b, NULL) != RSSM_OK)
+        b = NULL; /* the MIGRATE cases then report SKIP */
+    return b;
 }
 
 typedef struct tally {
@@ -132,15 +141,49 @@ static void count(tally *t, rh_verdict v)
         t->skip++;
 }
 
-static void run_prepared(const rh_prepared *p, backend_slot *bs, size_t nb, rssm_backend **spare, tally *t)
+/* One case on every started backend, `jobs` backends at a time (each
+ * backend object stays on one thread: rssm.h allows distinct objects on
+ * distinct threads), then its rows in backend order. */
+typedef struct case_run {
+    const rh_prepared *p;
+    backend_slot *bs;
+    size_t nb;
+    size_t next;
+    pthread_mutex_t lock;
+} case_run;
+
+static void *case_worker(void *arg)
 {
+    case_run *cr = arg;
+    for (;;) {
+        pthread_mutex_lock(&cr->lock);
+        size_t i = cr->next++;
+        pthread_mutex_unlock(&cr->lock);
+        if (i >= cr->nb)
+            return NULL;
+        if (cr->bs[i].b)
+            rh_run_case(cr->p, cr->bs[i].b, cr->bs[i].other, &cr->bs[i].result, NULL);
+    }
+}
+
+static void run_prepared(const rh_prepared *p, backend_slot *bs, size_t nb, unsigned jobs, tally *t)
+{
+    case_run cr = {.p = p, .bs = bs, .nb = nb};
+    pthread_mutex_init(&cr.lock, NULL);
+    pthread_t th[MAX_BACKENDS];
+    unsigned started = 0;
+    for (unsigned j = 1; j < jobs && j < nb; j++)
+        if (pthread_create(&th[started], NULL, case_worker, &cr) == 0)
+            started++;
+    case_worker(&cr);
+    for (unsigned j = 0; j < started; j++)
+        pthread_join(th[j], NULL);
+    pthread_mutex_destroy(&cr.lock);
     for (size_t i = 0; i < nb; i++) {
         if (!bs[i].b)
             continue; /* reported once, up front */
-        rh_result r;
-        rh_run_case(p, bs[i].b, pick_other(bs, nb, i, spare), &r, NULL);
-        print_row(p->c.name, bs[i].name, &r);
-        count(t, r.verdict);
+        print_row(p->c.name, bs[i].name, &bs[i].result);
+        count(t, bs[i].result.verdict);
     }
 }
 
@@ -193,6 +236,8 @@ int cmd_conform(int argc, char **argv)
     rh_case_options opt = {0};
     const char *trace_dir = NULL, *dump_dir = NULL;
     int list = 0, quick = 0;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    uint32_t jobs = ncpu > 0 ? (uint32_t)ncpu : 1;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int k;
@@ -237,6 +282,13 @@ int cmd_conform(int argc, char **argv)
                 return CLI_USAGE;
             if (opt.batch < 2) {
                 fprintf(stderr, "rssm conform: --batch must be >= 2 (the copy case needs two rows)\n");
+                return CLI_USAGE;
+            }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--jobs", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--jobs", v, &jobs))
+                return CLI_USAGE;
+            if (jobs == 0) {
+                fprintf(stderr, "rssm conform: --jobs must be > 0\n");
                 return CLI_USAGE;
             }
         } else if ((k = cli_value(cmd, argc, argv, &i, "--trace", &v)) != 0) {
@@ -297,6 +349,12 @@ int cmd_conform(int argc, char **argv)
     rh_prepared trace_case;
     memset(&trace_case, 0, sizeof trace_case);
     if (trace_dir) {
+        struct stat sb;
+        if (stat(trace_dir, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+            fprintf(stderr, "rssm conform: --trace %s: not a directory\n", trace_dir);
+            free(cases);
+            return CLI_USAGE;
+        }
         rh_trace tr;
         if (rh_trace_load(trace_dir, &tr, &err) != RSSM_OK ||
             rh_prepare_trace(&tr, "trace", &trace_case, &err) != RSSM_OK) {
@@ -306,29 +364,55 @@ int cmd_conform(int argc, char **argv)
         }
     }
 
-    /* Start every backend once, up front; one that cannot start is one SKIP line. */
+    /* Start every backend once, up front. A name rssm does not know is a
+     * usage error; one that cannot start here is one SKIP line; one that
+     * runs the very kernels of an earlier one on the same device is checked
+     * once, under the earlier name, and says so. */
     backend_slot bs[MAX_BACKENDS];
     if (nb == 0) {
         for (size_t i = 0; i < rssm_backend_name_count() && nb < MAX_BACKENDS; i++)
             backends[nb++] = rssm_backend_name_at(i);
     }
-    print_header();
-    tally t = {0};
     for (size_t i = 0; i < nb; i++) {
         bs[i].name = backends[i];
         bs[i].b = NULL;
+        bs[i].why[0] = '\0';
         rssm_status st = rssm_backend_create(backends[i], &bs[i].b, &err);
-        if (st != RSSM_OK) {
+        if (st == RSSM_ERR_INVALID_ARGUMENT) {
+            fprintf(stderr, "rssm conform: --backend %s: %s\n", backends[i], err.message);
+            for (size_t j = 0; j < i; j++)
+                rssm_backend_destroy(&bs[j].b);
+            rh_prepared_free(&trace_case);
+            free(cases);
+            return CLI_USAGE;
+        }
+        if (st != RSSM_OK)
+            snprintf(bs[i].why, sizeof bs[i].why, "cannot start: %s", err.message);
+    }
+    print_header();
+    tally t = {0};
+    for (size_t i = 0; i < nb; i++) {
+        if (!bs[i].b) {
             rh_result r = {.verdict = RH_SKIP, .out_err = NAN, .state_err = NAN};
-            snprintf(r.note, sizeof r.note, "cannot start: %s", err.message);
+            snprintf(r.note, sizeof r.note, "%s", bs[i].why);
             char what[48];
             snprintf(what, sizeof what, trace_dir ? "(the trace)" : "(all %zu cases)", selected);
             print_row(what, backends[i], &r);
             t.skip += trace_dir ? 1 : (int)selected;
-            bs[i].b = NULL;
+            continue;
+        }
+        for (size_t j = 0; j < i; j++) {
+            if (bs[j].b && strcmp(rssm_backend_kernels(bs[i].b), rssm_backend_kernels(bs[j].b)) == 0 &&
+                strcmp(rssm_backend_device(bs[i].b), rssm_backend_device(bs[j].b)) == 0) {
+                printf("%-34s %-24s  runs the kernels of %s on this device: checked there\n",
+                       trace_dir ? "(the trace)" : "(all cases)", backends[i], backends[j]);
+                rssm_backend_destroy(&bs[i].b);
+                break;
+            }
         }
     }
-    rssm_backend *spare = NULL;
+    for (size_t i = 0; i < nb; i++)
+        bs[i].other = bs[i].b ? make_other(bs, nb, i) : NULL;
     int io_error = 0;
 
     if (trace_dir) {
@@ -343,7 +427,7 @@ int cmd_conform(int argc, char **argv)
             print_row("trace", "expected", &r);
             count(&t, r.verdict);
         }
-        run_prepared(p, bs, nb, &spare, &t);
+        run_prepared(p, bs, nb, jobs, &t);
         rh_prepared_free(&trace_case);
     } else {
         for (size_t c = 0; c < ncases; c++) {
@@ -359,15 +443,16 @@ int cmd_conform(int argc, char **argv)
             }
             if (dump_dir && !dump_case(&p, dump_dir))
                 io_error = 1;
-            run_prepared(&p, bs, nb, &spare, &t);
+            run_prepared(&p, bs, nb, jobs, &t);
             rh_prepared_free(&p);
         }
     }
     printf("\n%d passed, %d failed, %d skipped (seed %llu)\n", t.pass, t.fail, t.skip,
            (unsigned long long)seed);
-    for (size_t i = 0; i < nb; i++)
+    for (size_t i = 0; i < nb; i++) {
         rssm_backend_destroy(&bs[i].b);
-    rssm_backend_destroy(&spare);
+        rssm_backend_destroy(&bs[i].other);
+    }
     free(cases);
     return t.fail || io_error ? 1 : 0;
 }

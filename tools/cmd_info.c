@@ -4,6 +4,7 @@
 #include "rssm.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 static void help(void)
@@ -15,8 +16,9 @@ static void help(void)
            "A backend listed as built in may still find no device on this machine.\n"
            "\n"
            "options:\n"
-           "  --started   print only the names of the backends that start, one per line\n"
-           "              (for scripts: for b in $(rssm info --started); do ...)\n");
+           "  --started   print only the names of the backends that start, one per line,\n"
+           "              leaving out a name that runs the same kernels as an earlier one\n"
+           "              on the same device (for scripts: for b in $(rssm info --started))\n");
 }
 
 /* Prints `text` with every line indented. */
@@ -45,35 +47,60 @@ int cmd_info(int argc, char **argv)
         }
         return cli_unknown("info", argv[i]);
     }
-    if (started_only) {
-        for (size_t i = 0; i < rssm_backend_name_count(); i++) {
-            rssm_backend *b = NULL;
-            if (rssm_backend_create(rssm_backend_name_at(i), &b, NULL) == RSSM_OK)
-                printf("%s\n", rssm_backend_name_at(i));
-            rssm_backend_destroy(&b);
-        }
-        return 0;
+    /* Every name built in, started once; a name whose kernels an earlier
+     * one on the same device already runs is an alias of it. */
+    size_t n = rssm_backend_name_count();
+    rssm_backend **bs = calloc(n ? n : 1, sizeof *bs);
+    rssm_error *errs = calloc(n ? n : 1, sizeof *errs);
+    rssm_status *sts = calloc(n ? n : 1, sizeof *sts);
+    if (!bs || !errs || !sts) {
+        fprintf(stderr, "rssm info: out of memory\n");
+        free(bs);
+        free(errs);
+        free(sts);
+        return 1;
     }
-    printf("rssm backends built in: %zu\n", rssm_backend_name_count());
+    for (size_t i = 0; i < n; i++)
+        sts[i] = rssm_backend_create(rssm_backend_name_at(i), &bs[i], &errs[i]);
+    if (!started_only)
+        printf("rssm %s, backends built in: %zu\n", rssm_version_string(), n);
     int any = 0;
-    for (size_t i = 0; i < rssm_backend_name_count(); i++) {
+    for (size_t i = 0; i < n; i++) {
         const char *name = rssm_backend_name_at(i);
-        rssm_backend *b = NULL;
-        rssm_error err;
-        rssm_status st = rssm_backend_create(name, &b, &err);
-        if (st != RSSM_OK) {
-            printf("\n%s: not available (%s: %s)\n", name, rssm_status_str(st), err.message);
+        if (sts[i] != RSSM_OK) {
+            if (!started_only)
+                printf("\n%s: not available (%s: %s)\n", name, rssm_status_str(sts[i]), errs[i].message);
+            continue;
+        }
+        const char *alias = NULL;
+        for (size_t j = 0; j < i && !alias; j++)
+            if (bs[j] && strcmp(rssm_backend_kernels(bs[j]), rssm_backend_kernels(bs[i])) == 0 &&
+                strcmp(rssm_backend_device(bs[j]), rssm_backend_device(bs[i])) == 0)
+                alias = rssm_backend_name_at(j);
+        if (started_only) {
+            if (!alias)
+                printf("%s\n", name);
             continue;
         }
         any = 1;
-        printf("\n%s: available\n  device: %s\n", rssm_backend_name(b), rssm_backend_device(b));
+        printf("\n%s: available", name);
+        if (alias)
+            printf(" (runs the kernels of %s on this device)", alias);
+        printf("\n  device: %s\n", rssm_backend_device(bs[i]));
         char buf[4096];
-        if (rssm_backend_describe(b, buf, sizeof buf, &err) == RSSM_OK)
+        rssm_error err;
+        if (rssm_backend_describe(bs[i], buf, sizeof buf, &err) == RSSM_OK)
             print_indented(buf);
         else
             printf("    (describe failed: %s)\n", err.message);
-        rssm_backend_destroy(&b);
     }
+    for (size_t i = 0; i < n; i++)
+        rssm_backend_destroy(&bs[i]);
+    free(bs);
+    free(errs);
+    free(sts);
+    if (started_only)
+        return 0;
     if (!any)
         printf("\nno backend could start\n");
     return 0;

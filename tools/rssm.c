@@ -20,7 +20,9 @@ static void usage(FILE *f)
             "  conform   check every backend against the float64 oracle (seeded or .npy traces)\n"
             "  bench     time replay and packed decode, with GB/s and the replay/packed ratio\n"
             "\n"
-            "Run 'rssm <command> --help' for a command's options.\n");
+            "Run 'rssm <command> --help' for a command's options; 'rssm --version' prints the\n"
+            "version. Exit status: 0 on success, 1 when a check or a run failed, 2 on a usage\n"
+            "error.\n");
 }
 
 int main(int argc, char **argv)
@@ -32,6 +34,10 @@ int main(int argc, char **argv)
     const char *cmd = argv[1];
     if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
         usage(stdout);
+        return 0;
+    }
+    if (strcmp(cmd, "--version") == 0 || strcmp(cmd, "-V") == 0 || strcmp(cmd, "version") == 0) {
+        printf("rssm %s\n", rssm_version_string());
         return 0;
     }
     if (strcmp(cmd, "info") == 0)

@@ -142,6 +142,15 @@ static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
     return tiles && m->replay && m->ring_len > 1 ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
 }
 
+static const char *vk_kernels_variant(void *vctx)
+{
+    switch (((const vk_ctx *)vctx)->kernels) {
+    case VK_KERNELS_COOPMAT: return "vulkan:coopmat";
+    case VK_KERNELS_COOPMAT_EMULATED: return "vulkan:coopmat-emulated";
+    default: return "vulkan:portable";
+    }
+}
+
 static const char *const vk_variants[] = {
     "vulkan",                  /* coopmat when the device has it, else portable */
     "vulkan:portable",
@@ -171,4 +180,5 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .batch_last_run_seconds = vk_batch_last_run_seconds,
     .copy_bandwidth = vk_copy_bandwidth,
     .matrix_dtype = vk_matrix_dtype,
+    .kernels = vk_kernels_variant,
 };
