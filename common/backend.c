@@ -40,6 +40,7 @@ static rssm_status start(const rssm_backend_ops *ops, const char *variant, rssm_
         return st;
     }
     b->ops = ops;
+    atomic_init(&b->refs, 1u);
     snprintf(b->name, sizeof b->name, "%s", variant);
     *out = b;
     return rssm_clear_error(err);
@@ -75,12 +76,21 @@ rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error
                           "unknown backend '%s' (known: cpu, vulkan, cuda, auto)", name);
 }
 
+void rssm_backend_retain(rssm_backend *b) { atomic_fetch_add(&b->refs, 1u); }
+
+void rssm_backend_release(rssm_backend *b)
+{
+    if (!b || atomic_fetch_sub(&b->refs, 1u) != 1u)
+        return;
+    b->ops->destroy(b->ctx);
+    free(b);
+}
+
 void rssm_backend_destroy(rssm_backend **b)
 {
     if (!b || !*b)
         return;
-    (*b)->ops->destroy((*b)->ctx);
-    free(*b);
+    rssm_backend_release(*b);
     *b = NULL;
 }
 

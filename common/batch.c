@@ -17,6 +17,7 @@ rssm_status rssm_batch_create(rssm_pool *p, uint32_t max_rows, rssm_batch **out,
     if (!b)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "batch: out of host memory");
     b->pool = p;
+    rssm_pool_retain(p);
     b->max_rows = max_rows;
     b->plan = calloc(max_rows, sizeof *b->plan);
     b->header = calloc(max_rows, sizeof *b->header);
@@ -44,6 +45,7 @@ void rssm_batch_destroy(rssm_batch **bp)
     rssm_batch *b = *bp;
     if (b->dev)
         b->pool->backend->ops->batch_destroy(b->pool->backend->ctx, b->dev);
+    rssm_pool_release(b->pool);
     free(b->plan);
     free(b->header);
     free(b->gate_params_set);
@@ -51,7 +53,7 @@ void rssm_batch_destroy(rssm_batch **bp)
     *bp = NULL;
 }
 
-rssm_status rssm_batch_set_gate_params(rssm_batch *b, uint32_t layer, const float *A_log, const float *dt_bias,
+static rssm_status batch_set_gate_params_unlocked(rssm_batch *b, uint32_t layer, const float *A_log, const float *dt_bias,
                                        rssm_error *err)
 {
     if (!b || !A_log || !dt_bias)
@@ -68,7 +70,7 @@ rssm_status rssm_batch_set_gate_params(rssm_batch *b, uint32_t layer, const floa
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in, rssm_error *err)
+static rssm_status batch_upload_unlocked(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in, rssm_error *err)
 {
     if (!b || !in || !in->q || !in->k || !in->v || !in->gate || !in->beta)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "upload: batch and every input array must be given");
@@ -83,7 +85,7 @@ rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inpu
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
                            uint32_t snapshot_interval, rssm_error *err)
 {
     if (!b)
@@ -113,7 +115,7 @@ rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, 
     return rssm_pool_commit(b->pool, rows, b->plan, err);
 }
 
-rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)
+static rssm_status batch_download_unlocked(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)
 {
     if (!b || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "download: batch and out must not be NULL");
@@ -127,7 +129,7 @@ rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_er
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
-rssm_status rssm_batch_step(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+static rssm_status batch_step_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
                             uint32_t snapshot_interval, const rssm_step_inputs *in, void *out, rssm_error *err)
 {
     if (!out)
@@ -147,4 +149,34 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds, rs
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: nothing has run on this batch yet");
     *seconds = b->pool->backend->ops->batch_last_run_seconds(b->pool->backend->ctx, b->dev);
     return rssm_clear_error(err);
+}
+
+/* The public entry points: each holds the pool lock (objects.h). */
+
+rssm_status rssm_batch_set_gate_params(rssm_batch *b, uint32_t layer, const float *A_log, const float *dt_bias,
+                                       rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_set_gate_params_unlocked(b, layer, A_log, dt_bias, err));
+}
+
+rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_upload_unlocked(b, rows, in, err));
+}
+
+rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+                           uint32_t snapshot_interval, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_run_unlocked(b, rows, slots, seq_len_after, snapshot_interval, err));
+}
+
+rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_download_unlocked(b, rows, out, err));
+}
+
+rssm_status rssm_batch_step(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+                            uint32_t snapshot_interval, const rssm_step_inputs *in, void *out, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_step_unlocked(b, rows, slots, seq_len_after, snapshot_interval, in, out, err));
 }

@@ -103,7 +103,8 @@ static rssm_status thread_count(unsigned *count, int *from_env, rssm_error *err)
         char *end = NULL;
         errno = 0;
         unsigned long n = strtoul(env, &end, 10);
-        if (errno != 0 || *end != '\0' || env[0] == '-' || n == 0 || n > CPU_MAX_THREADS)
+        /* Digits only: strtoul would also take leading blanks and a sign. */
+        if (errno != 0 || *end != '\0' || env[0] < '0' || env[0] > '9' || n == 0 || n > CPU_MAX_THREADS)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                   "RSSM_CPU_THREADS='%s': must be an integer in 1..%u", env,
                                   CPU_MAX_THREADS);

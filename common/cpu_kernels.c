@@ -1,6 +1,6 @@
 /*
  * The decode step on host memory (see cpu_kernels.h for the contract and
- * /work/shared/DESIGN.md §1 for the math).
+ * docs/design.md §1 for the math).
  *
  * Shape of one call, for one (row, layer, value head), n = write_pos:
  *   1. load q, k, v; normalise, scale; compute the gate (g, alpha, beta);
@@ -147,7 +147,10 @@ static size_t dtype_bytes(uint32_t t) { return t == RSSM_CODE_DTYPE_F32 ? 4 : 2;
  * computed the same way on every platform. */
 static inline float fast_expf(float x)
 {
-    float xc = x < -87.0f ? -87.0f : x;
+    /* NaN takes the integer path as 0 (converting NaN to an integer is
+     * undefined behaviour) and comes back as itself from the final select. */
+    float xc = x == x ? x : 0.0f;
+    xc = xc < -87.0f ? -87.0f : xc;
     xc = xc > 88.0f ? 88.0f : xc;
     /* round to nearest: adding 1.5 * 2^23 pushes the fraction out */
     const float kf = (xc * 1.44269504088896341f + 12582912.0f) - 12582912.0f;

@@ -127,6 +127,8 @@ rssm_status rssm_model_validate(const rssm_model *m, rssm_error *err)
 
 float rssm_model_q_scale(const rssm_model *m)
 {
+    if (!m)
+        return 0.0f;
     return m->q_scale > 0.0f ? m->q_scale : 1.0f / sqrtf((float)m->head_k);
 }
 

@@ -5,10 +5,20 @@
 
 #include "backend.h"
 
+#include <pthread.h>
+#include <stdatomic.h>
+
+/* Lifetimes: each handle counts its users, the caller's handle being one;
+ * a pool holds a reference to its backend and a batch one to its pool, so
+ * the caller may destroy them in any order and the device objects go when
+ * their last user does. The counts are atomic because distinct objects
+ * (two pools of one backend, say) may be created and destroyed on distinct
+ * threads. */
 struct rssm_backend {
     const rssm_backend_ops *ops;
     void *ctx;
     char name[64];
+    atomic_uint refs;
 };
 
 struct rssm_pool {
@@ -24,6 +34,9 @@ struct rssm_pool {
                                shorter for a staggered slot's first cycle) */
     uint8_t *scratch;       /* one slot's bytes, for host-side slot work */
     void *dev;
+    atomic_uint refs;
+    pthread_mutex_t lock;   /* recursive: held by every public call on the
+                               pool or one of its batches */
 };
 
 struct rssm_batch {
@@ -54,6 +67,38 @@ static inline uint32_t rssm_pool_first_cycle_len(const struct rssm_pool *p, uint
     return p->policy == RSSM_FLUSH_STAGGERED ? L - slot % L : L;
 }
 
+/* Takes and drops a reference (see the lifetimes above); the last drop
+ * destroys the object. */
+void rssm_backend_retain(rssm_backend *b);
+void rssm_backend_release(rssm_backend *b);
+void rssm_pool_retain(struct rssm_pool *p);
+void rssm_pool_release(struct rssm_pool *p);
+
+/* Threads: every public call on a pool, or on a batch of it, runs under
+ * the pool's lock, so distinct threads may use one pool (distinct slots or
+ * not) and its batches; they take turns, and distinct pools never wait on
+ * each other. The lock is recursive, as public calls use one another
+ * (copy materialises its source). NULL is let through, for the call's own
+ * argument check to report. */
+static inline void rssm_pool_lock(struct rssm_pool *p)
+{
+    if (p)
+        pthread_mutex_lock(&p->lock);
+}
+static inline void rssm_pool_unlock(struct rssm_pool *p)
+{
+    if (p)
+        pthread_mutex_unlock(&p->lock);
+}
+#define RSSM_POOL_LOCKED(pool, call)                                                                \
+    do {                                                                                            \
+        struct rssm_pool *lock_ = (pool);                                                           \
+        rssm_pool_lock(lock_);                                                                      \
+        rssm_status st_ = (call);                                                                   \
+        rssm_pool_unlock(lock_);                                                                    \
+        return st_;                                                                                 \
+    } while (0)
+
 /* Shared argument checks; each sets err and returns its status. */
 rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err);
 
@@ -66,6 +111,11 @@ void rssm_slot_fold(const rssm_model *m, const rssm_slot_layout *lay, const uint
  * dtype; the ring bytes are zeroed. */
 void rssm_slot_store(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *slot_bytes,
                      const float *state);
+/* 1 if the slot's bytes hold a state rssm can run from: a finite checkpoint
+ * and, for the first write_pos ring entries, finite d and k and finite
+ * log-decays <= 0. Otherwise 0, with what and where in `why`. */
+int rssm_slot_validate(const rssm_model *m, const rssm_slot_layout *lay, const uint8_t *slot_bytes,
+                       uint32_t write_pos, char *why, size_t why_size);
 /* Zeroes the ring entries at and beyond write_pos, so exported bytes do not
  * depend on what uncommitted memory held. */
 void rssm_slot_clear_uncommitted(const rssm_model *m, const rssm_slot_layout *lay,

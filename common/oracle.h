@@ -1,7 +1,7 @@
 /*
- * The float64 oracle every backend is checked against (DESIGN.md §6).
+ * The float64 oracle every backend is checked against (docs/design.md §6).
  *
- * It runs the packed recurrence of DESIGN.md §1 entirely in double:
+ * It runs the packed recurrence of docs/design.md §1 entirely in double:
  *   S̄ = S·diag(α),  d = β(v − S̄k),  S ← S̄ + d kᵀ,  o = S̄q + d(kᵀq)
  * on the same inputs the backends see (io dtype values converted exactly),
  * with the L2 norms, the q scale and the gates also computed in double. It

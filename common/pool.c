@@ -1,4 +1,4 @@
-/* The slot pool (DESIGN §3): which slots are taken, each slot's ring cursor,
+/* The slot pool (docs/design.md §3): which slots are taken, each slot's ring cursor,
  * and the slot operations that work on raw bytes through the backend's
  * slot_read / slot_write, so they behave the same on every backend. */
 #include "objects.h"
@@ -32,6 +32,13 @@ rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t 
     if (!p)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory");
     p->backend = b;
+    rssm_backend_retain(b);
+    atomic_init(&p->refs, 1u);
+    pthread_mutexattr_t attr;
+    pthread_mutexattr_init(&attr);
+    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&p->lock, &attr);
+    pthread_mutexattr_destroy(&attr);
     p->model = *model;
     p->policy = policy;
     p->capacity = slots;
@@ -55,18 +62,28 @@ rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t 
     return rssm_clear_error(err);
 }
 
-void rssm_pool_destroy(rssm_pool **pp)
+void rssm_pool_retain(rssm_pool *p) { atomic_fetch_add(&p->refs, 1u); }
+
+void rssm_pool_release(rssm_pool *p)
 {
-    if (!pp || !*pp)
+    if (!p || atomic_fetch_sub(&p->refs, 1u) != 1u)
         return;
-    rssm_pool *p = *pp;
     if (p->dev)
         p->backend->ops->pool_destroy(p->backend->ctx, p->dev);
+    rssm_backend_release(p->backend);
+    pthread_mutex_destroy(&p->lock);
     free(p->allocated);
     free(p->write_pos);
     free(p->cycle_len);
     free(p->scratch);
     free(p);
+}
+
+void rssm_pool_destroy(rssm_pool **pp)
+{
+    if (!pp || !*pp)
+        return;
+    rssm_pool_release(*pp);
     *pp = NULL;
 }
 
@@ -96,7 +113,7 @@ static rssm_status slot_write(rssm_pool *p, uint32_t slot, rssm_error *err)
     return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, p->scratch, err);
 }
 
-rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
+static rssm_status pool_alloc_unlocked(rssm_pool *p, uint32_t *slot, rssm_error *err)
 {
     if (!p || !slot)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "alloc: pool and slot must not be NULL");
@@ -116,7 +133,7 @@ rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err)
+static rssm_status pool_free_unlocked(rssm_pool *p, uint32_t slot, rssm_error *err)
 {
     if (!p)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "free: pool must not be NULL");
@@ -131,7 +148,7 @@ rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err)
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *write_pos, rssm_error *err)
+static rssm_status pool_write_pos_unlocked(const rssm_pool *p, uint32_t slot, uint32_t *write_pos, rssm_error *err)
 {
     if (!write_pos)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_pos must not be NULL");
@@ -156,7 +173,7 @@ static rssm_status fold_scratch(rssm_pool *p, uint32_t slot, rssm_error *err)
     return RSSM_OK;
 }
 
-rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err)
+static rssm_status pool_materialise_unlocked(rssm_pool *p, uint32_t slot, rssm_error *err)
 {
     rssm_status st = rssm_pool_check_slot(p, slot, err);
     if (st != RSSM_OK)
@@ -170,7 +187,7 @@ rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err)
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err)
+static rssm_status pool_copy_unlocked(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err)
 {
     rssm_status st;
     if ((st = rssm_pool_check_slot(p, src, err)) != RSSM_OK || (st = rssm_pool_check_slot(p, dst, err)) != RSSM_OK)
@@ -184,7 +201,7 @@ rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error 
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err)
+static rssm_status pool_read_state_unlocked(rssm_pool *p, uint32_t slot, float *state, rssm_error *err)
 {
     if (!state)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "read_state: state must not be NULL");
@@ -195,7 +212,7 @@ rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm
     return rssm_clear_error(err);
 }
 
-rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state, rssm_error *err)
+static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const float *state, rssm_error *err)
 {
     if (!state)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_state: state must not be NULL");
@@ -207,4 +224,41 @@ rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *stat
         return st;
     reset_cursor(p, slot);
     return rssm_clear_error(err);
+}
+
+/* The public entry points: each holds the pool lock (objects.h). */
+
+rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_alloc_unlocked(p, slot, err));
+}
+
+rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_free_unlocked(p, slot, err));
+}
+
+rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *write_pos, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_write_pos_unlocked(p, slot, write_pos, err));
+}
+
+rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_materialise_unlocked(p, slot, err));
+}
+
+rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_copy_unlocked(p, src, dst, err));
+}
+
+rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_read_state_unlocked(p, slot, state, err));
+}
+
+rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_write_state_unlocked(p, slot, state, err));
 }

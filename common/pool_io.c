@@ -7,8 +7,14 @@
 
 #include <string.h>
 
+/* xxHash's XXH3, inlined (header only): tens of GB/s, so checking a slot
+ * costs far less than moving it between machines. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
+
 #define EXPORT_MAGIC "RSSMSLOT"
-#define EXPORT_VERSION 1u
+/* 2: XXH3-64 checksum (1 was FNV-1a, byte at a time). */
+#define EXPORT_VERSION 2u
 
 /* Every field little-endian as the host writes it; rssm targets
  * little-endian machines only (x86-64, AArch64, GPUs). */
@@ -21,26 +27,17 @@ typedef struct export_header {
     uint32_t write_pos;
     uint32_t reserved;
     uint64_t payload_bytes;
-    uint64_t checksum; /* FNV-1a over this header (checksum zeroed) and the payload */
+    uint64_t checksum; /* XXH3-64 of the payload, seeded with XXH3-64 of this header (checksum zeroed) */
 } export_header;
 
 _Static_assert(sizeof(export_header) == 80, "export header is packed by construction");
-
-static uint64_t fnv1a(uint64_t h, const uint8_t *data, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= data[i];
-        h *= 1099511628211ull;
-    }
-    return h;
-}
 
 /* Covers the header too, so a flipped write_pos or shape field is caught
  * even where it still looks plausible. */
 static uint64_t checksum(export_header h, const uint8_t *payload, size_t n)
 {
     h.checksum = 0;
-    return fnv1a(fnv1a(1469598103934665603ull, (const uint8_t *)&h, sizeof h), payload, n);
+    return XXH3_64bits_withSeed(payload, n, XXH3_64bits(&h, sizeof h));
 }
 
 static void describe(const rssm_pool *p, uint32_t write_pos, export_header *h)
@@ -68,7 +65,7 @@ size_t rssm_pool_export_size(const rssm_pool *p)
     return p ? sizeof(export_header) + p->layout.slot_bytes : 0;
 }
 
-rssm_status rssm_pool_export(rssm_pool *p, uint32_t slot, void *bytes, size_t size, rssm_error *err)
+static rssm_status pool_export_unlocked(rssm_pool *p, uint32_t slot, void *bytes, size_t size, rssm_error *err)
 {
     if (!bytes)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "export: bytes must not be NULL");
@@ -95,7 +92,7 @@ rssm_status rssm_pool_export(rssm_pool *p, uint32_t slot, void *bytes, size_t si
         return rssm_set_error(err, RSSM_ERR_FORMAT, "import: slot bytes are for %s %u, this pool has %u", \
                               what, h.field, want.field);
 
-rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, size_t size, rssm_error *err)
+static rssm_status pool_import_unlocked(rssm_pool *p, uint32_t slot, const void *bytes, size_t size, rssm_error *err)
 {
     if (!bytes)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "import: bytes must not be NULL");
@@ -131,6 +128,11 @@ rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, siz
     const uint8_t *payload = (const uint8_t *)bytes + sizeof h;
     if (checksum(h, payload, p->layout.slot_bytes) != h.checksum)
         return rssm_set_error(err, RSSM_ERR_FORMAT, "import: payload checksum mismatch (corrupted bytes)");
+    /* The checksum catches accidents, not intent: the content must also be
+     * a state the kernels can run from. */
+    char why[160];
+    if (!rssm_slot_validate(&p->model, &p->layout, payload, h.write_pos, why, sizeof why))
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "import: %s", why);
     st = p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, payload, err);
     if (st != RSSM_OK)
         return st;
@@ -139,4 +141,16 @@ rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, siz
     p->write_pos[slot] = h.write_pos;
     p->cycle_len[slot] = rssm_pool_first_cycle_len(p, slot);
     return rssm_clear_error(err);
+}
+
+/* The public entry points: each holds the pool lock (objects.h). */
+
+rssm_status rssm_pool_export(rssm_pool *p, uint32_t slot, void *bytes, size_t size, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_export_unlocked(p, slot, bytes, size, err));
+}
+
+rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, size_t size, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_import_unlocked(p, slot, bytes, size, err));
 }

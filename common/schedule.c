@@ -1,4 +1,4 @@
-/* The flush scheduler (DESIGN §2). write_pos is per slot and advances once
+/* The flush scheduler (docs/design.md §2). write_pos is per slot and advances once
  * per forward step for all layers together; it is never derived from the
  * sequence length, which includes the prefill. */
 #include "objects.h"
@@ -21,7 +21,7 @@ static rssm_status check_row_slot(const rssm_pool *p, uint8_t *seen, uint32_t sl
     return RSSM_OK;
 }
 
-rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
+static rssm_status pool_plan_unlocked(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
                            const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
                            rssm_error *err)
 {
@@ -57,7 +57,7 @@ rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *sl
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
-rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
+static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
 {
     if (!p || !plan)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: pool and plan must not be NULL");
@@ -97,4 +97,18 @@ rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *p
         }
     }
     return rssm_clear_error(err);
+}
+
+/* The public entry points: each holds the pool lock (objects.h). */
+
+rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
+                           const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
+                           rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_plan_unlocked(p, rows, slots, seq_len_after, snapshot_interval, plan, err));
+}
+
+rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
+{
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_commit_unlocked(p, rows, plan, err));
 }

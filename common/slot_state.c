@@ -6,6 +6,7 @@
 #include "dtype.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
 
 /* S = C·diag(Γ) + Σ_j d_j (k_j ⊙ γ_j)ᵀ for one layer, summing log-decays
@@ -95,4 +96,54 @@ void rssm_slot_clear_uncommitted(const rssm_model *m, const rssm_slot_layout *la
             memset(block + lay->ring_k_offset + ((size_t)h * cap + write_pos) * m->head_k * ring, 0,
                    (size_t)unused * m->head_k * ring);
     }
+}
+
+/* First index of a non-finite value among n values of dtype t, or n. */
+static size_t first_nonfinite(const void *base, rssm_dtype t, size_t n)
+{
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(rssm_load(base, t, i)))
+            return i;
+    return n;
+}
+
+int rssm_slot_validate(const rssm_model *m, const rssm_slot_layout *lay, const uint8_t *slot_bytes,
+                       uint32_t write_pos, char *why, size_t why_size)
+{
+    const uint32_t cap = lay->ring_cap, HV = m->num_v_heads, H = m->num_qk_heads;
+    const size_t K = m->head_k, V = m->head_v, gw = m->gate_kind == RSSM_GATE_KDA ? K : 1;
+    for (uint32_t l = 0; l < m->layers; l++) {
+        const uint8_t *block = slot_bytes + l * lay->layer_bytes;
+        size_t i = first_nonfinite(block, m->state_dtype, (size_t)HV * V * K);
+        if (i < (size_t)HV * V * K) {
+            snprintf(why, why_size, "layer %u: checkpoint of value head %zu holds NaN or infinity", l, i / (V * K));
+            return 0;
+        }
+        for (uint32_t hv = 0; hv < HV; hv++)
+            for (uint32_t j = 0; j < write_pos; j++) {
+                const float *g = (const float *)(block + lay->ring_g_offset) + ((size_t)hv * cap + j) * gw;
+                for (size_t c = 0; c < gw; c++)
+                    if (!(g[c] <= 0.0f) || isinf(g[c])) { /* NaN fails the first test */
+                        snprintf(why, why_size, "layer %u head %u ring entry %u: log-decay %g is not finite and <= 0",
+                                 l, hv, j, (double)g[c]);
+                        return 0;
+                    }
+                const size_t d0 = ((size_t)hv * cap + j) * V;
+                if (first_nonfinite(block + lay->ring_d_offset + d0 * rssm_dtype_size(m->ring_dtype), m->ring_dtype,
+                                    V) < V) {
+                    snprintf(why, why_size, "layer %u head %u ring entry %u: d holds NaN or infinity", l, hv, j);
+                    return 0;
+                }
+            }
+        for (uint32_t h = 0; h < H; h++)
+            for (uint32_t j = 0; j < write_pos; j++) {
+                const size_t k0 = ((size_t)h * cap + j) * K;
+                if (first_nonfinite(block + lay->ring_k_offset + k0 * rssm_dtype_size(m->ring_dtype), m->ring_dtype,
+                                    K) < K) {
+                    snprintf(why, why_size, "layer %u q/k head %u ring entry %u: k holds NaN or infinity", l, h, j);
+                    return 0;
+                }
+            }
+    }
+    return 1;
 }

@@ -14,7 +14,18 @@
  * fills it with the same status and a message saying what was wrong. The
  * library never prints and never exits. Objects are freed with
  * rssm_X_destroy(&p), which also sets p to NULL. There is no global mutable
- * state: distinct objects may be used from distinct threads.
+ * state: distinct objects may be used from distinct threads, and one pool
+ * (with its batches) may be used from several threads, whose calls on it
+ * take turns. Handles may be destroyed in any order (see rssm_pool_create).
+ *
+ * Non-finite and out-of-range inputs: the step functions do not scan their
+ * inputs (that would cost a pass over them every step). A NaN or infinite
+ * q, k, v, gate or beta, a g > 0, or a beta outside [0, 1] in one batch row
+ * is carried through to that row's outputs and that slot's state only: no
+ * other row's outputs, no other slot, and no undefined behaviour, on every
+ * backend. rssm_pool_import, which takes bytes from elsewhere, does check
+ * content and refuses a non-finite state or ring entry or a positive
+ * log-decay with RSSM_ERR_FORMAT.
  */
 #ifndef RSSM_H
 #define RSSM_H
@@ -120,7 +131,7 @@ rssm_status rssm_model_validate(const rssm_model *m, rssm_error *err);
  * every layer, as a host engine must budget it. */
 rssm_status rssm_model_slot_bytes(const rssm_model *m, size_t *bytes, rssm_error *err);
 
-/* The effective q scale (q_scale, or 1/sqrt(K) when it is 0). */
+/* The effective q scale (q_scale, or 1/sqrt(K) when it is 0); 0 for NULL. */
 float rssm_model_q_scale(const rssm_model *m);
 
 const char *rssm_dtype_name(rssm_dtype t);
@@ -175,7 +186,7 @@ rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *b
  * rank-(n+1) matrix product for model `m`, beyond the storage dtypes the
  * model names: RSSM_DTYPE_F32 when the product is exact up to fp32
  * rounding, RSSM_DTYPE_F16 for fp16 matrix units (Vulkan cooperative
- * matrices). Accuracy checks loosen their tolerance by it (DESIGN §6). */
+ * matrices). Accuracy checks loosen their tolerance by it (docs/design.md §6). */
 rssm_status rssm_backend_matrix_dtype(const rssm_backend *b, const rssm_model *m, rssm_dtype *dtype,
                                       rssm_error *err);
 
@@ -197,7 +208,9 @@ typedef enum rssm_flush_policy {
 } rssm_flush_policy;
 
 /* Device memory for `slots` sequence slots of `model` on backend `b`.
- * The pool keeps a reference to `b`: destroy the pool first. */
+ * The pool keeps a reference to `b`, and a batch one to its pool: handles
+ * may be destroyed in any order, and a backend's device (or a pool's
+ * memory) is released when the last pool (or batch) using it is gone. */
 rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t slots,
                              rssm_flush_policy policy, rssm_pool **out, rssm_error *err);
 void rssm_pool_destroy(rssm_pool **p);

@@ -1,6 +1,6 @@
 // One decode step of a gated linear-attention layer (GDN or KDA), for one
 // (value head, batch row, layer) per workgroup: the exact semantics of
-// DESIGN.md §1 and the team brief.
+// docs/design.md §1.
 //
 // Variants, by -D (one SPIR-V module each):
 //   RSSM_REPLAY 0   packed decode: read S, S <- S*alpha + d k^T, every step

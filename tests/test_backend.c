@@ -155,6 +155,9 @@ static void test_every_backend_starts_or_is_unavailable(void **state)
         if (st == RSSM_ERR_UNAVAILABLE) {
             assert_null(b);
             assert_true(err.message[0] != '\0');
+            if (rh_backend_required(name))
+                fail_msg("backend %s is required here (RSSM_REQUIRE_BACKENDS) but unavailable: %s", name,
+                         err.message);
             print_message("[  INFO    ] backend %s: unavailable (%s)\n", name, err.message);
             continue;
         }

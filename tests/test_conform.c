@@ -88,6 +88,9 @@ static void test_case_on_backend(void **state)
 {
     const pair *p = *state;
     backend_entry *e = backend_get(p->b);
+    if (!e->b && rh_backend_required(e->name))
+        fail_msg("%s: backend %s is required here (RSSM_REQUIRE_BACKENDS) but cannot be created: %s",
+                 g_cases[p->c].name, e->name, e->why);
     if (!e->b) {
         print_message("[  SKIP    ] %s: backend %s cannot be created: %s\n", g_cases[p->c].name, e->name, e->why);
         skip();

@@ -257,6 +257,7 @@ static void test_q_scale_and_names(void **state)
     assert_float_equal(rssm_model_q_scale(&m), 0.125f, 1e-7f);
     m.q_scale = 0.3f;
     assert_true(rssm_model_q_scale(&m) == 0.3f);
+    assert_true(rssm_model_q_scale(NULL) == 0.0f);
 
     assert_string_equal(rssm_dtype_name(RSSM_DTYPE_F32), "fp32");
     assert_string_equal(rssm_dtype_name(RSSM_DTYPE_F16), "fp16");

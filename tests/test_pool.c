@@ -1,6 +1,12 @@
-/* The slot pool (DESIGN §3): alloc / free / copy / materialise, the true
+/* The slot pool (docs/design.md §3): alloc / free / copy / materialise, the true
  * state, export / import, and that every failure leaves the pool intact. */
 #include "test_support.h"
+
+#include "backend.h" /* rssm_slot_layout: where a payload keeps each array */
+
+/* The export checksum, to forge bytes whose checksum is right. */
+#define XXH_INLINE_ALL
+#include <xxhash.h>
 
 #include "dtype.h"
 
@@ -495,6 +501,71 @@ static rssm_status import_foreign(const rssm_model *m, const rssm_model *other, 
     return st;
 }
 
+/* Bytes with a correct checksum whose content no kernel may run from: a NaN
+ * or infinite checkpoint value, a NaN d or k, a positive or NaN log-decay in
+ * a committed ring entry. Import refuses each, naming what is wrong, and
+ * leaves the slot as it was; the same damage to an uncommitted entry (which
+ * nothing reads) is accepted. */
+static void reseal(uint8_t *blob, size_t size)
+{
+    enum { HEADER = 80, CHECKSUM_AT = 72 };
+    uint8_t header[HEADER];
+    memcpy(header, blob, HEADER);
+    memset(header + CHECKSUM_AT, 0, 8);
+    const uint64_t sum = XXH3_64bits_withSeed(blob + HEADER, size - HEADER, XXH3_64bits(header, HEADER));
+    memcpy(blob + CHECKSUM_AT, &sum, 8);
+}
+
+static void test_import_validates_content(void **state)
+{
+    (void)state;
+    ts_rng rng;
+    ts_rng_seed(&rng, SEED + 9);
+    rssm_error err;
+    for (int kda = 0; kda < 2; kda++) {
+        rssm_model m = ts_small_model(kda ? RSSM_GATE_KDA : RSSM_GATE_GDN, 2, 8);
+        ts_env e;
+        ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
+        ts_env_alloc_random(&e, 2, &rng);
+        uint64_t seq = 3;
+        run_steps(&e, 0, 3, &seq, &rng); /* slot 0: write_pos 3 */
+        rssm_slot_layout lay;
+        rssm_slot_layout_init(&lay, &m);
+        const size_t xs = rssm_pool_export_size(e.pool), payload = xs - lay.slot_bytes;
+        uint8_t *good = malloc(xs), *bad = malloc(xs);
+        TS_OK(rssm_pool_export(e.pool, 0, good, xs, &err), &err);
+        ts_pool_snapshot snap;
+        ts_snapshot_take(&snap, e.pool);
+        const size_t layer1 = payload + lay.layer_bytes, gw = kda ? m.head_k : 1;
+        struct { size_t at; float value; int committed; const char *what; } cases[] = {
+            {payload + 4 * 7, NAN, 1, "checkpoint"},
+            {layer1 + 4 * 3, INFINITY, 1, "checkpoint"},
+            {layer1 + lay.ring_g_offset + 4 * (1 * gw), 0.5f, 1, "log-decay"},  /* head 0, entry 1 */
+            {payload + lay.ring_g_offset + 4 * (2 * gw), NAN, 1, "log-decay"},   /* head 0, entry 2 */
+            {payload + lay.ring_d_offset + 4 * (1 * m.head_v), NAN, 1, "d holds"},
+            {layer1 + lay.ring_k_offset + 4 * (2 * m.head_k + 1), -INFINITY, 1, "k holds"},
+            {payload + lay.ring_g_offset + 4 * (5 * gw), 0.5f, 0, NULL},         /* entry 5: not committed */
+        };
+        for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+            memcpy(bad, good, xs);
+            memcpy(bad + cases[i].at, &cases[i].value, 4);
+            reseal(bad, xs);
+            if (cases[i].committed) {
+                TS_EXPECT(rssm_pool_import(e.pool, 1, bad, xs, &err), RSSM_ERR_FORMAT, &err);
+                if (!strstr(err.message, cases[i].what))
+                    fail_msg("case %zu: '%s' does not say '%s'", i, err.message, cases[i].what);
+                ts_snapshot_expect_equal(&snap, e.pool);
+            } else {
+                TS_OK(rssm_pool_import(e.pool, 1, bad, xs, &err), &err);
+            }
+        }
+        ts_snapshot_free(&snap);
+        free(good);
+        free(bad);
+        ts_env_close(&e);
+    }
+}
+
 static void test_import_rejects_bad_bytes(void **state)
 {
     (void)state;
@@ -668,6 +739,7 @@ int main(void)
         cmocka_unit_test(test_copy_errors_keep_source_ring),
         cmocka_unit_test(test_export_import_continue),
         cmocka_unit_test(test_import_rejects_bad_bytes),
+        cmocka_unit_test(test_import_validates_content),
         cmocka_unit_test(test_policies_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

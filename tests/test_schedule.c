@@ -1,4 +1,4 @@
-/* The flush scheduler (DESIGN §2): plan / commit, write_pos, forced
+/* The flush scheduler (docs/design.md §2): plan / commit, write_pos, forced
  * flushes, errors that commit nothing, and the STAGGERED policy. */
 #include "test_support.h"
 

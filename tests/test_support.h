@@ -7,6 +7,7 @@
 #ifndef RSSM_TEST_SUPPORT_H
 #define RSSM_TEST_SUPPORT_H
 
+#include "conform.h" /* rh_backend_required */
 #include "rssm.h"
 
 #include <setjmp.h> /* cmocka.h needs these first */
@@ -16,6 +17,10 @@
 #include <cmocka.h>
 
 /* ------------------------------------------------------------ checks */
+
+/* The exit status of a test program that could not run at all (its backend
+ * is not present): ctest reports it as skipped (SKIP_RETURN_CODE). */
+#define TS_SKIP_EXIT 77
 
 /* Fails the test, with the library's message, unless `call` returns
  * `want`. On an expected error it also checks that `err` carries the same

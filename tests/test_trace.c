@@ -16,6 +16,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -422,6 +423,60 @@ static void test_trace_rejects_mismatch(void **state)
     remove_dir(dir);
 }
 
+/* Values: a NaN names its file and row; an idle row's NaN is ignored, as
+ * the format says; a step with no active row is refused. */
+static void test_trace_values(void **state)
+{
+    (void)state;
+    rh_case c = small_case(RSSM_GATE_KDA, RSSM_GATE_PRECOMPUTED);
+    rh_trace_spec spec = {.model = c.model, .steps = c.steps, .batch = c.batch, .seed = 5, .stream = 2};
+    rh_trace t, u;
+    rssm_error err;
+    assert_int_equal(rh_trace_generate(&spec, &t, &err), RSSM_OK);
+    char dir[256], path[512];
+    make_temp_dir(dir, sizeof dir, "values");
+    const uint64_t T = c.steps, L = c.model.layers, B = c.batch;
+    const uint64_t qs[5] = {T, L, B, c.model.num_qk_heads, c.model.head_k};
+    const uint64_t ss[2] = {T, B};
+    const size_t qrow = (size_t)c.model.num_qk_heads * c.model.head_k;
+    assert_true(B >= 2);
+
+    /* NaN in an active row of q: the message names q.npy and the row. */
+    t.q[qrow * 1 + 3] = NAN; /* step 0, layer 0, row 1 */
+    assert_int_equal(rh_trace_save(&t, dir, NULL, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "q.npy"));
+    assert_non_null(strstr(err.message, "row 1"));
+
+    /* The same NaN in a row made idle at that step: ignored. */
+    int32_t *ids = malloc(T * B * sizeof *ids);
+    assert_non_null(ids);
+    memcpy(ids, t.slot_ids, T * B * sizeof *ids);
+    for (uint64_t r = 1; r < B; r++)
+        ids[r] = -1;
+    snprintf(path, sizeof path, "%s/slots.npy", dir);
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, ss, ids, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_OK);
+    rh_trace_free(&u);
+
+    /* A step with every row idle. */
+    ids[0] = -1;
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, ss, ids, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "no active row"));
+
+    /* NaN in the initial state names initial_state.npy. */
+    t.q[qrow * 1 + 3] = 0.5f;
+    t.init_state[7] = INFINITY;
+    assert_int_equal(rh_trace_save(&t, dir, NULL, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "initial_state.npy"));
+    (void)qs;
+    free(ids);
+    rh_trace_free(&t);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -430,6 +485,7 @@ int main(void)
         cmocka_unit_test(test_npy_corrupted_never_crashes),
         cmocka_unit_test(test_dump_load_replay),
         cmocka_unit_test(test_trace_rejects_mismatch),
+        cmocka_unit_test(test_trace_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

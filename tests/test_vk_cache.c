@@ -185,8 +185,12 @@ int main(void)
     rssm_backend *b = NULL;
     rssm_error err;
     if (rssm_backend_create(BACKEND, &b, &err) != RSSM_OK) {
+        if (rh_backend_required(BACKEND)) {
+            printf("%s is required here (RSSM_REQUIRE_BACKENDS) but cannot start: %s\n", BACKEND, err.message);
+            return 1;
+        }
         printf("skipped: no Vulkan device (%s)\n", err.message);
-        return 0;
+        return TS_SKIP_EXIT;
     }
     rssm_backend_destroy(&b);
     const struct CMUnitTest tests[] = {

@@ -141,47 +141,201 @@ static void count(tally *t, rh_verdict v)
         t->skip++;
 }
 
-/* One case on every started backend, `jobs` backends at a time (each
- * backend object stays on one thread: rssm.h allows distinct objects on
- * distinct threads), then its rows in backend order. */
-typedef struct case_run {
-    const rh_prepared *p;
+/* The generated cases on every started backend. Each backend has a thread
+ * of its own and runs the cases in order, so a slow backend never holds a
+ * fast one up (on a software driver, compiling is most of a case's time);
+ * `jobs` tokens bound how many run a case (or prepare one) at a time. A
+ * case's oracle is computed once, by the first backend to reach it, and
+ * freed when the last is done with it; at most MAX_LIVE cases are held at
+ * once. Rows print in case order, each case as soon as every backend has
+ * run it. Each backend object stays on its thread (rssm.h: distinct objects
+ * on distinct threads). */
+#define MAX_LIVE 6
+
+static int dump_case(const rh_prepared *p, const char *dir);
+
+typedef enum case_state { CASE_NEW, CASE_PREPARING, CASE_READY, CASE_FAILED } case_state;
+
+typedef struct suite_case {
+    const rh_case *c;
+    case_state state;
+    rh_prepared p;
+    char why[RSSM_ERROR_MESSAGE_MAX];
+    size_t remaining;   /* backends that have not run it yet */
+    rh_result *results; /* [nb] */
+} suite_case;
+
+typedef struct suite {
+    suite_case *cases;
+    size_t ncases, printed, live;
     backend_slot *bs;
     size_t nb;
-    size_t next;
+    uint64_t seed;
+    const char *dump_dir;
+    int io_error;
+    unsigned tokens;
+    tally t;
     pthread_mutex_t lock;
-} case_run;
+    pthread_cond_t changed;
+} suite;
 
-static void *case_worker(void *arg)
+static void take_token(suite *s)
 {
-    case_run *cr = arg;
-    for (;;) {
-        pthread_mutex_lock(&cr->lock);
-        size_t i = cr->next++;
-        pthread_mutex_unlock(&cr->lock);
-        if (i >= cr->nb)
-            return NULL;
-        if (cr->bs[i].b)
-            rh_run_case(cr->p, cr->bs[i].b, cr->bs[i].other, &cr->bs[i].result, NULL);
+    while (s->tokens == 0)
+        pthread_cond_wait(&s->changed, &s->lock);
+    s->tokens--;
+}
+
+static void give_token(suite *s)
+{
+    s->tokens++;
+    pthread_cond_broadcast(&s->changed);
+}
+
+/* With the lock held: prints every finished case at the head of the list. */
+static void print_ready(suite *s)
+{
+    while (s->printed < s->ncases && s->cases[s->printed].remaining == 0) {
+        suite_case *sc = &s->cases[s->printed++];
+        if (sc->state == CASE_FAILED) {
+            rh_result r = {.verdict = RH_FAIL, .out_err = NAN, .state_err = NAN};
+            snprintf(r.note, sizeof r.note, "oracle: %s", sc->why);
+            print_row(sc->c->name, "oracle", &r);
+            s->t.fail++;
+            continue;
+        }
+        for (size_t i = 0; i < s->nb; i++)
+            if (s->bs[i].b) {
+                print_row(sc->c->name, s->bs[i].name, &sc->results[i]);
+                count(&s->t, sc->results[i].verdict);
+            }
     }
 }
 
-static void run_prepared(const rh_prepared *p, backend_slot *bs, size_t nb, unsigned jobs, tally *t)
+/* With the lock held: case c prepared (or failed), by this thread if it is
+ * the first to need it. */
+static void need_case(suite *s, size_t c)
 {
-    case_run cr = {.p = p, .bs = bs, .nb = nb};
-    pthread_mutex_init(&cr.lock, NULL);
+    suite_case *sc = &s->cases[c];
+    if (sc->state == CASE_NEW) {
+        while (s->live >= MAX_LIVE && sc->state == CASE_NEW)
+            pthread_cond_wait(&s->changed, &s->lock);
+        if (sc->state == CASE_NEW) {
+            sc->state = CASE_PREPARING;
+            s->live++;
+            take_token(s);
+            pthread_mutex_unlock(&s->lock);
+            rssm_error err;
+            rssm_status st = rh_prepare_case(sc->c, s->seed, &sc->p, &err);
+            int dumped = st != RSSM_OK || !s->dump_dir || dump_case(&sc->p, s->dump_dir);
+            pthread_mutex_lock(&s->lock);
+            give_token(s);
+            if (!dumped)
+                s->io_error = 1;
+            if (st != RSSM_OK)
+                snprintf(sc->why, sizeof sc->why, "%s", err.message);
+            sc->state = st == RSSM_OK ? CASE_READY : CASE_FAILED;
+            pthread_cond_broadcast(&s->changed);
+        }
+    }
+    while (sc->state == CASE_PREPARING)
+        pthread_cond_wait(&s->changed, &s->lock);
+}
+
+/* With the lock held: backend i is done with case c. */
+static void done_case(suite *s, size_t c)
+{
+    suite_case *sc = &s->cases[c];
+    if (--sc->remaining == 0) {
+        if (sc->state == CASE_READY)
+            rh_prepared_free(&sc->p);
+        s->live--;
+        print_ready(s);
+        pthread_cond_broadcast(&s->changed);
+    }
+}
+
+typedef struct suite_worker {
+    suite *s;
+    size_t backend;
+} suite_worker;
+
+static void *backend_worker(void *arg)
+{
+    suite_worker *w = arg;
+    suite *s = w->s;
+    backend_slot *b = &s->bs[w->backend];
+    pthread_mutex_lock(&s->lock);
+    for (size_t c = 0; c < s->ncases; c++) {
+        need_case(s, c);
+        suite_case *sc = &s->cases[c];
+        if (sc->state == CASE_READY) {
+            take_token(s);
+            pthread_mutex_unlock(&s->lock);
+            rh_result r;
+            rh_run_case(&sc->p, b->b, b->other, &r, NULL);
+            pthread_mutex_lock(&s->lock);
+            give_token(s);
+            sc->results[w->backend] = r;
+        }
+        done_case(s, c);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
+
+/* Runs the selected cases; returns 0 when a case could not even be set up. */
+static int run_suite(suite *s)
+{
+    size_t started = 0;
+    for (size_t i = 0; i < s->nb; i++)
+        started += s->bs[i].b != NULL;
+    for (size_t c = 0; c < s->ncases; c++) {
+        s->cases[c].remaining = started ? started : 1;
+        s->cases[c].results = calloc(s->nb ? s->nb : 1, sizeof(rh_result));
+        if (!s->cases[c].results)
+            return 0;
+    }
+    pthread_mutex_init(&s->lock, NULL);
+    pthread_cond_init(&s->changed, NULL);
+    suite_worker w[MAX_BACKENDS];
     pthread_t th[MAX_BACKENDS];
-    unsigned started = 0;
-    for (unsigned j = 1; j < jobs && j < nb; j++)
-        if (pthread_create(&th[started], NULL, case_worker, &cr) == 0)
-            started++;
-    case_worker(&cr);
-    for (unsigned j = 0; j < started; j++)
-        pthread_join(th[j], NULL);
-    pthread_mutex_destroy(&cr.lock);
+    int running[MAX_BACKENDS] = {0};
+    size_t nw = 0;
+    for (size_t i = 0; i < s->nb; i++) {
+        if (!s->bs[i].b)
+            continue;
+        w[nw] = (suite_worker){.s = s, .backend = i};
+        running[nw] = pthread_create(&th[nw], NULL, backend_worker, &w[nw]) == 0;
+        if (!running[nw])
+            backend_worker(&w[nw]); /* no thread to be had: run it here */
+        nw++;
+    }
+    if (started == 0) { /* nothing started: the oracles are still checked */
+        pthread_mutex_lock(&s->lock);
+        for (size_t c = 0; c < s->ncases; c++) {
+            need_case(s, c);
+            done_case(s, c);
+        }
+        pthread_mutex_unlock(&s->lock);
+    }
+    for (size_t i = 0; i < nw; i++)
+        if (running[i])
+            pthread_join(th[i], NULL);
+    pthread_cond_destroy(&s->changed);
+    pthread_mutex_destroy(&s->lock);
+    for (size_t c = 0; c < s->ncases; c++)
+        free(s->cases[c].results);
+    return 1;
+}
+
+/* The trace: one prepared case on every started backend, side by side. */
+static void run_trace(const rh_prepared *p, backend_slot *bs, size_t nb, tally *t)
+{
     for (size_t i = 0; i < nb; i++) {
         if (!bs[i].b)
             continue; /* reported once, up front */
+        rh_run_case(p, bs[i].b, bs[i].other, &bs[i].result, NULL);
         print_row(p->c.name, bs[i].name, &bs[i].result);
         count(t, bs[i].result.verdict);
     }
@@ -427,25 +581,21 @@ int cmd_conform(int argc, char **argv)
             print_row("trace", "expected", &r);
             count(&t, r.verdict);
         }
-        run_prepared(p, bs, nb, jobs, &t);
+        run_trace(p, bs, nb, &t);
         rh_prepared_free(&trace_case);
     } else {
-        for (size_t c = 0; c < ncases; c++) {
-            if (!matches(cases[c].name, filters, nf))
-                continue;
-            rh_prepared p;
-            if (rh_prepare_case(&cases[c], seed, &p, &err) != RSSM_OK) {
-                rh_result r = {.verdict = RH_FAIL, .out_err = NAN, .state_err = NAN};
-                snprintf(r.note, sizeof r.note, "oracle: %s", err.message);
-                print_row(cases[c].name, "oracle", &r);
-                t.fail++;
-                continue;
-            }
-            if (dump_dir && !dump_case(&p, dump_dir))
-                io_error = 1;
-            run_prepared(&p, bs, nb, jobs, &t);
-            rh_prepared_free(&p);
+        suite su = {.bs = bs, .nb = nb, .seed = seed, .dump_dir = dump_dir, .tokens = jobs, .t = t};
+        su.cases = calloc(selected ? selected : 1, sizeof *su.cases);
+        for (size_t c = 0; su.cases && c < ncases; c++)
+            if (matches(cases[c].name, filters, nf))
+                su.cases[su.ncases++].c = &cases[c];
+        if (!su.cases || !run_suite(&su)) {
+            fprintf(stderr, "rssm conform: out of memory\n");
+            io_error = 1;
         }
+        free(su.cases);
+        t = su.t;
+        io_error |= su.io_error;
     }
     printf("\n%d passed, %d failed, %d skipped (seed %llu)\n", t.pass, t.fail, t.skip,
            (unsigned long long)seed);

@@ -46,7 +46,9 @@ static VKAPI_ATTR VkBool32 VKAPI_CALL on_validation_message(
     const char *msg = data && data->pMessage ? data->pMessage : "(no message)";
     if (ctx->destroying) {
         fprintf(stderr, "rssm vulkan: validation message while destroying: %s\n", msg);
-        abort();
+        if (!ctx->create_failed)
+            abort();
+        return VK_FALSE; /* the failed create already returns an error */
     }
     if (!ctx->validation_failed) {
         ctx->validation_failed = true;
@@ -463,6 +465,15 @@ rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
     if (st == RSSM_OK)
         st = vk_check_validation(ctx, err);
     if (st != RSSM_OK) {
+        /* A message that came with the failure (the loader's, say) is part
+         * of this error, not a reason to stop the process on teardown. */
+        if (ctx->validation_failed && err) {
+            char why[RSSM_ERROR_MESSAGE_MAX];
+            snprintf(why, sizeof why, "%s", err->message);
+            rssm_set_error(err, st, "%s (validation: %s)", why, ctx->validation_message);
+        }
+        ctx->validation_failed = false;
+        ctx->create_failed = true;
         vk_ctx_destroy(ctx);
         return st;
     }

@@ -56,6 +56,7 @@ typedef struct vk_ctx {
     VkDebugUtilsMessengerEXT messenger;
     bool validation;           /* RSSM_VK_VALIDATION=1: the test mode */
     bool destroying;
+    bool create_failed;              /* vk_ctx_create is undoing a failed create */
     bool validation_failed;    /* a message arrived; the next call fails */
     char validation_message[200];
 

@@ -1,7 +1,7 @@
 /* The conformance case list and the tolerances cases are held to.
  *
  * Every case is named <gate>/<replay|packed>/<what>, for GDN (qwen3.5-gdn
- * heads) and KDA (kimi-linear-kda heads), and covers one item of DESIGN §6:
+ * heads) and KDA (kimi-linear-kda heads), and covers one item of docs/design.md §6:
  *   fp32-L16, fp16-ring, bf16-ring, bf16-state   dtypes, 3.5 ring cycles
  *   L1, L2, L8 (and L16 above)                    ring lengths
  *   forced-flush                                  snapshot interval 7 < L: flushes mid-ring

@@ -25,6 +25,19 @@ const char *rh_verdict_name(rh_verdict v)
     return "?";
 }
 
+int rh_backend_required(const char *name)
+{
+    const char *list = getenv("RSSM_REQUIRE_BACKENDS");
+    const size_t n = strlen(name);
+    for (const char *p = list; p && *p;) {
+        const size_t len = strcspn(p, ",");
+        if (len == n && strncmp(p, name, n) == 0)
+            return 1;
+        p += len + (p[len] == ',');
+    }
+    return 0;
+}
+
 double rh_rel_l2_f(const float *x, const double *ref, size_t n)
 {
     double num = 0.0, den = 0.0;

@@ -1,4 +1,4 @@
-/* The conformance cases of DESIGN §6 and the runner that checks one case on
+/* The conformance cases of docs/design.md §6 and the runner that checks one case on
  * one backend against the float64 oracle. Shared by `rssm conform` and
  * tests/test_conform.c, so the CLI and CI check exactly the same things.
  *
@@ -67,12 +67,12 @@ typedef struct rh_case_options {
 rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t *count,
                              rssm_error *err);
 
-/* DESIGN §6 tolerance for a model: 1e-5 with fp32 state, ring and io; 2e-3
+/* docs/design.md §6 tolerance for a model: 1e-5 with fp32 state, ring and io; 2e-3
  * with an fp16 ring; 1e-2 with bf16 anywhere. */
 double rh_tolerance(const rssm_model *m);
 
 /* The tolerance a backend is held to for a model: rh_tolerance, loosened
- * to 2e-3 (DESIGN §6, "fp16 matrix units") or 1e-2 when the backend says
+ * to 2e-3 (docs/design.md §6, "fp16 matrix units") or 1e-2 when the backend says
  * its flush rounds matrix operands to fp16 or bf16
  * (rssm_backend_matrix_dtype: the Vulkan coopmat variants). The L = 1
  * bit-identity with packed is still required of them. */
@@ -118,6 +118,11 @@ void rh_prepared_free(rh_prepared *p);
  * not NULL, receives the backend's outputs [T][layers][B][HV][V] as fp32. */
 rh_verdict rh_run_case(const rh_prepared *p, rssm_backend *b, rssm_backend *other, rh_result *r,
                        float *outputs);
+
+/* 1 if RSSM_REQUIRE_BACKENDS (a comma-separated list of backend names, as
+ * tools/test sets it for the backends a project machine provides) names
+ * `name`: a test must then fail, not skip, when that backend cannot start. */
+int rh_backend_required(const char *name);
 
 /* Relative L2 error ||x - ref|| / ||ref|| over n elements; +inf if x holds
  * a NaN or infinity (so it never passes a tolerance). */

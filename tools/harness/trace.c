@@ -56,6 +56,30 @@ uint32_t rh_trace_rows(const rh_trace *t, uint32_t step)
     return r;
 }
 
+/* Zeroes rows [rows, B) of one [T][layers][B][w] array. */
+static void zero_idle(const rh_trace *t, float *x, size_t w)
+{
+    for (uint32_t s = 0; s < t->steps; s++)
+        for (uint32_t l = 0; l < t->model.layers; l++) {
+            const uint32_t rows = rh_trace_rows(t, s);
+            memset(x + (((size_t)s * t->model.layers + l) * t->batch + rows) * w, 0,
+                   (t->batch - rows) * w * sizeof *x);
+        }
+}
+
+void rh_trace_zero_idle(rh_trace *t)
+{
+    const rssm_model *m = &t->model;
+    const size_t qk = (size_t)m->num_qk_heads * m->head_k, v = (size_t)m->num_v_heads * m->head_v;
+    zero_idle(t, t->q, qk);
+    zero_idle(t, t->k, qk);
+    zero_idle(t, t->v, v);
+    zero_idle(t, t->gate, (size_t)m->num_v_heads * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1));
+    zero_idle(t, t->beta, m->num_v_heads);
+    if (t->expected)
+        zero_idle(t, t->expected, v);
+}
+
 void rh_trace_free(rh_trace *t)
 {
     if (!t)
@@ -207,5 +231,6 @@ rssm_status rh_trace_generate(const rh_trace_spec *s, rh_trace *t, rssm_error *e
     (void)GW;
     free(join);
     free(prefill);
+    rh_trace_zero_idle(t);
     return rssm_clear_error(err);
 }

@@ -42,6 +42,10 @@ size_t rh_trace_dt_bias_count(const rh_trace *t);
 /* Active rows of step `step` (the rows before the first -1). */
 uint32_t rh_trace_rows(const rh_trace *t, uint32_t step);
 
+/* Zeroes the inputs (and expected outputs) of every idle row: the format
+ * ignores them, so a trace's content never depends on what they held. */
+void rh_trace_zero_idle(rh_trace *t);
+
 /* How a trace is generated. */
 typedef struct rh_trace_spec {
     rssm_model model;

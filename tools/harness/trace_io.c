@@ -272,12 +272,31 @@ static rssm_status load_array(const char *dir, const char *file, uint32_t ndim, 
     return RSSM_OK;
 }
 
+/* An array [T][layers][B][w] whose idle rows are zeroed: names the file,
+ * step, layer and row of the first non-finite value. */
 static int all_finite(const float *x, size_t n)
 {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(x[i]))
             return 0;
     return 1;
+}
+
+static rssm_status check_rows_finite(const rh_trace *t, const char *dir, const char *file, float *x, size_t w,
+                                     rssm_error *err)
+{
+    const uint32_t layers = t->model.layers;
+    for (uint32_t s = 0; s < t->steps; s++) {
+        const uint32_t rows = rh_trace_rows(t, s);
+        for (uint32_t l = 0; l < layers; l++)
+            for (uint32_t r = 0; r < t->batch; r++) {
+                const float *row = x + (((size_t)s * layers + l) * t->batch + r) * w;
+                if (r < rows && !all_finite(row, w))
+                    return rssm_set_error(err, RSSM_ERR_FORMAT,
+                                          "%s/%s: step %u layer %u row %u holds NaN or infinity", dir, file, s, l, r);
+            }
+    }
+    return RSSM_OK;
 }
 
 rssm_status rh_trace_load(const char *dir, rh_trace *t, rssm_error *err)
@@ -341,13 +360,30 @@ rssm_status rh_trace_load(const char *dir, rh_trace *t, rssm_error *err)
             goto fail;
     }
 
-    /* Values: finite, q/k/v exact in the io dtype (rounded here), ids valid. */
+    /* Values: ids valid, every active row's inputs finite (idle rows'
+     * inputs are ignored: zeroed here), q/k/v exact in the io dtype
+     * (rounded here). */
     size_t nqk = T * rh_trace_qk_per_step(t), nv = T * rh_trace_v_per_step(t);
-    if (!all_finite(t->q, nqk) || !all_finite(t->k, nqk) || !all_finite(t->v, nv) ||
-        !all_finite(t->gate, T * rh_trace_gate_per_step(t)) || !all_finite(t->beta, T * rh_trace_beta_per_step(t)) ||
-        !all_finite(t->init_state, t->slots * rh_trace_state_per_slot(t))) {
-        st = rssm_set_error(err, RSSM_ERR_FORMAT, "%s: an input array holds NaN or infinity", dir);
-        goto fail;
+    for (uint32_t s = 0; s < t->steps; s++)
+        if (rh_trace_rows(t, s) == 0) {
+            st = rssm_set_error(err, RSSM_ERR_FORMAT, "%s/slots.npy: step %u has no active row (every slot -1)",
+                                dir, s);
+            goto fail;
+        }
+    rh_trace_zero_idle(t);
+    {
+        float *arrays[] = {t->q, t->k, t->v, t->gate, t->beta};
+        const size_t widths[] = {H * K, H * K, HV * V, HV * (kda ? K : 1), HV};
+        for (size_t i = 0; i < 5; i++)
+            if ((st = check_rows_finite(t, dir, names[i], arrays[i], widths[i], err)) != RSSM_OK)
+                goto fail;
+        const size_t per_slot = rh_trace_state_per_slot(t);
+        for (uint32_t sl = 0; sl < t->slots; sl++)
+            if (!all_finite(t->init_state + sl * per_slot, per_slot)) {
+                st = rssm_set_error(err, RSSM_ERR_FORMAT, "%s/initial_state.npy: slot %u holds NaN or infinity",
+                                    dir, sl);
+                goto fail;
+            }
     }
     for (size_t i = 0; i < nqk; i++) {
         t->q[i] = rssm_round_to(m->io_dtype, t->q[i]);
@@ -387,16 +423,9 @@ rssm_status rh_trace_load(const char *dir, rh_trace *t, rssm_error *err)
             }
         }
     }
-    /* Idle rows of the expected outputs are ignored: whatever an engine left
-     * there, they compare as the oracle's zeros. */
+    /* Idle rows of the expected outputs were zeroed with the inputs:
+     * whatever an engine left there compares as the oracle's zeros. */
     if (t->expected) {
-        const size_t w = (size_t)m->num_v_heads * m->head_v;
-        for (uint32_t s = 0; s < t->steps; s++) {
-            uint32_t rows = rh_trace_rows(t, s);
-            for (uint32_t l = 0; l < m->layers; l++)
-                for (uint32_t r = rows; r < t->batch; r++)
-                    memset(t->expected + (((size_t)s * m->layers + l) * t->batch + r) * w, 0, w * sizeof(float));
-        }
         if (!all_finite(t->expected, T * rh_trace_v_per_step(t))) {
             st = rssm_set_error(err, RSSM_ERR_FORMAT, "%s/expected_out.npy: holds NaN or infinity in an active row",
                                 dir);

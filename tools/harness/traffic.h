@@ -1,4 +1,4 @@
-/* The DESIGN §4 traffic model: the bytes one decode step must move between
+/* The docs/design.md §4 traffic model: the bytes one decode step must move between
  * memory and the cores, counted from the model alone. `rssm bench` divides
  * these by the measured time to report GB/s; docs/bench.md explains each
  * term. */

@@ -1,0 +1,137 @@
+/* Non-finite and out-of-range inputs (the policy in include/rssm.h): a NaN
+ * or infinite q, k, v, gate or beta in one batch row reaches that row's
+ * outputs and its slot's state only. Every other row's outputs and every
+ * other slot's state are bit for bit what a run without the bad value gives,
+ * on every backend that starts here, and nothing is undefined behaviour
+ * (the sanitizer build checks float-to-integer conversions too). */
+#include "test_support.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { ROWS = 3, STEPS = 7 };
+
+typedef enum field { F_GATE, F_BETA, F_Q, F_V, F_COUNT } field;
+static const char *const field_names[] = {"gate", "beta", "q", "v"};
+
+/* Runs STEPS steps of rows 0..ROWS-1 on slots 0..ROWS-1 from fixed random
+ * states; at step 3 row 0's `f` gets `bad` (when `poison`). Returns outputs
+ * [STEPS][layers][ROWS][HV][V] and final states [ROWS][state_elems]. */
+static void run(const char *backend, const rssm_model *m, int poison, field f, float bad, float *outs,
+                float *states)
+{
+    ts_env e;
+    ts_env_open(&e, backend, m, ROWS, RSSM_FLUSH_ALIGNED, ROWS);
+    ts_rng r;
+    ts_rng_seed(&r, 0x5eed);
+    ts_env_alloc_random(&e, ROWS, &r);
+    ts_inputs in;
+    ts_inputs_alloc(&in, m, ROWS);
+    const uint32_t slots[ROWS] = {0, 1, 2};
+    uint64_t seq[ROWS] = {10, 11, 12};
+    const size_t nout = ts_out_elems(m, ROWS);
+    rssm_error err;
+    for (int step = 0; step < STEPS; step++) {
+        ts_inputs_random(&in, &r);
+        if (poison && step == 3) {
+            /* Row 0 of layer 0: the first element of that row's block. */
+            switch (f) {
+            case F_GATE: in.gate[0] = bad; break;
+            case F_BETA: in.beta[0] = bad; break;
+            case F_Q: ((float *)in.q)[0] = bad; break;
+            case F_V: ((float *)in.v)[0] = bad; break;
+            default: break;
+            }
+        }
+        for (int i = 0; i < ROWS; i++)
+            seq[i]++;
+        float *out = outs + (size_t)step * nout;
+        TS_OK(rssm_batch_step(e.batch, ROWS, slots, seq, 0, &in.in, out, &err), &err);
+    }
+    const size_t ns = ts_state_elems(m);
+    for (uint32_t s = 0; s < ROWS; s++)
+        TS_OK(rssm_pool_read_state(e.pool, s, states + s * ns, &err), &err);
+    ts_inputs_free(&in);
+    ts_env_close(&e);
+}
+
+static void check_backend(const char *backend, rssm_gate_kind kind)
+{
+    rssm_model m = ts_small_model(kind, 2, 4);
+    const size_t nout = ts_out_elems(&m, ROWS), ns = ts_state_elems(&m);
+    const size_t row_w = (size_t)m.num_v_heads * m.head_v;
+    float *ref_out = malloc(STEPS * nout * sizeof(float)), *ref_st = malloc(ROWS * ns * sizeof(float));
+    float *out = malloc(STEPS * nout * sizeof(float)), *st = malloc(ROWS * ns * sizeof(float));
+    assert_non_null(ref_out);
+    assert_non_null(out);
+    run(backend, &m, 0, F_GATE, 0.0f, ref_out, ref_st);
+    static const float bads[] = {NAN, INFINITY, -INFINITY};
+    for (int f = 0; f < F_COUNT; f++) {
+        for (size_t b = 0; b < sizeof bads / sizeof bads[0]; b++) {
+            run(backend, &m, 1, (field)f, bads[b], out, st);
+            for (int step = 0; step < STEPS; step++)
+                for (uint32_t l = 0; l < m.layers; l++)
+                    for (uint32_t row = 0; row < ROWS; row++) {
+                        /* Row 0 before the bad step, and every other row always. */
+                        if (row == 0 && step >= 3)
+                            continue;
+                        const size_t at = (size_t)step * nout + ((size_t)l * ROWS + row) * row_w;
+                        if (memcmp(out + at, ref_out + at, row_w * sizeof(float)) != 0)
+                            fail_msg("%s %s: %s = %g in row 0 changed row %u's output (layer %u, step %d)",
+                                     backend, kind ? "KDA" : "GDN", field_names[f], (double)bads[b], row, l,
+                                     step);
+                    }
+            for (uint32_t s = 1; s < ROWS; s++)
+                if (memcmp(st + s * ns, ref_st + s * ns, ns * sizeof(float)) != 0)
+                    fail_msg("%s %s: %s = %g in row 0 changed slot %u's state", backend, kind ? "KDA" : "GDN",
+                             field_names[f], (double)bads[b], s);
+        }
+    }
+    free(ref_out);
+    free(ref_st);
+    free(out);
+    free(st);
+}
+
+static void test_every_backend(void **state)
+{
+    (void)state;
+    int ran = 0;
+    char seen[16][160];
+    size_t nseen = 0;
+    for (size_t i = 0; i < rssm_backend_name_count(); i++) {
+        const char *name = rssm_backend_name_at(i);
+        rssm_backend *b = NULL;
+        rssm_error err;
+        if (rssm_backend_create(name, &b, &err) != RSSM_OK) {
+            if (rh_backend_required(name))
+                fail_msg("backend %s is required here (RSSM_REQUIRE_BACKENDS): %s", name, err.message);
+            print_message("[  SKIP    ] %s: %s\n", name, err.message);
+            continue;
+        }
+        /* A name running the kernels of an earlier one is checked there. */
+        char key[160];
+        snprintf(key, sizeof key, "%s@%s", rssm_backend_kernels(b), rssm_backend_device(b));
+        rssm_backend_destroy(&b);
+        int dup = 0;
+        for (size_t j = 0; j < nseen; j++)
+            dup |= strcmp(seen[j], key) == 0;
+        if (dup)
+            continue;
+        if (nseen < 16)
+            memcpy(seen[nseen++], key, sizeof key);
+        check_backend(name, RSSM_GATE_GDN);
+        check_backend(name, RSSM_GATE_KDA);
+        print_message("[  OK      ] %s\n", name);
+        ran++;
+    }
+    assert_true(ran > 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_backend)};
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
