@@ -48,6 +48,7 @@ struct CudaBatch {
     void *q, *k, *v, *out;
     float *gate, *beta, *A_log, *dt_bias;
     float *scratch;           /* the stream kernel's coefficients, or NULL */
+    uint32_t *work;           /* the bulk kernel's work counters */
     size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -223,6 +224,7 @@ void batch_free(CudaBatch *b)
     cudaFree(b->A_log);
     cudaFree(b->dt_bias);
     cudaFree(b->scratch);
+    cudaFree(b->work);
     free(b);
 }
 
@@ -249,6 +251,8 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaMalloc(reinterpret_cast<void **>(&b->A_log), (size_t)p.layers * p.num_v_heads * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->dt_bias), (size_t)p.layers * p.num_v_heads * Kg * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->header_dev), b->header_bytes));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->work), RSSM_CUDA_WORK_BYTES));
+    CK(cudaMemsetAsync(b->work, 0, RSSM_CUDA_WORK_BYTES, c->stream));
     CK(cudaMallocHost(reinterpret_cast<void **>(&b->header_host), b->header_bytes));
     /* Defined contents everywhere: inputs never uploaded read as zeros, and
      * the gate weights start at A_log = 0, dt_bias = 0 until set. */
@@ -276,6 +280,7 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     b->buf.A_log = b->A_log;
     b->buf.dt_bias = b->dt_bias;
     b->buf.out = b->out;
+    b->buf.work = b->work;
 
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
     /* RSSM_CUDA_KERNEL=pipeline|stream|bulk forces a kernel where it applies:
