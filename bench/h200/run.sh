@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 run of issue 4, in one go: build, conformance, compute-sanitizer,
+# The H200 run, in one go: build, conformance, compute-sanitizer,
 # timing, report. Run from the repository root on the GPU machine:
 #
 #   bench/h200/run.sh [OUT_DIR]            (default: $OUT, else ./h200-out)
@@ -8,14 +8,16 @@
 # sanitize bench"; also "tune" (launch-shape sweep of the pipeline kernel),
 # "profile" (Nsight Compute on batch-256 launches, plus the SASS) and
 # "memcheck_big" (compute-sanitizer on those launches)). QUICK=1 shrinks the
-# timing sweep to the families the targets name (L = 16, all batches); the
-# sanitizers always run the quick conformance set.
+# timing sweep to the families the targets name (L = 16, all batches); FAST=1
+# times the library's kernels only (no previous-choice comparison rows);
+# BATCHES=1,16,.. a subset of batches. The sanitizers always run the quick
+# conformance set.
 # Conformance runs twice: the full set with the library's kernels (the stream
 # kernels where they apply), the quick set with RSSM_CUDA_KERNEL=pipeline (the
 # general kernel for everything); the benchmark times both kernels on the
 # same setups. Stage time limits in seconds: CONFORM_TIMEOUT (default 300;
 # the CLI's 200), BENCH_TIMEOUT (400), SANITIZE_TIMEOUT (240, per tool). The
-# JSON, the markdown table and the PNG land in OUT_DIR with the logs folded
+# JSON, the markdown table, h200/summary.json and the PNG land in OUT_DIR with the logs folded
 # into logs.tgz; the committed copies are in bench/results/.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/h200-out}}
@@ -144,6 +146,7 @@ stage_profile() {
 
 stage_bench() {
   BARG=""; [ -n "${BATCHES:-}" ] && BARG="--batches $BATCHES"
+  [ "${FAST:-0}" = 1 ] && BARG="$BARG --fast"
   if timeout "${BENCH_TIMEOUT:-400}" "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG $BARG 2>&1 | tee "$OUT_DIR/bench.log"; then
     python3 bench/h200/report.py "$OUT_DIR/h200_results.json" "$OUT_DIR" >"$OUT_DIR/report.log" 2>&1 ||
       note "report FAILED: $(tail -1 "$OUT_DIR/report.log")"
