@@ -4,7 +4,7 @@
  *
  *   rssm_h200_bench conform [--quick] [--seed N]
  *   rssm_h200_bench bench --json FILE [--quick] [--fast] [--batches B1,..]
- *   rssm_h200_bench tune | profile
+ *   rssm_h200_bench tune | profile [bf16]
  *
  * Method (DESIGN §7): every timing replays a CUDA graph of whole steps, all
  * layers, through rssm_cuda_launch_layer (the launches the library records).
@@ -673,9 +673,9 @@ int run_bench(const char *json_path, bool quick)
 }
 
 /* A few plain launches (no graph) for a profiler: packed, then replay at
- * ring positions 0, L-2 and L-1 (GDN, fp32 state, fp16 ring, L = 16,
- * batch 256). Each launch runs on a different layer. */
-int run_profile()
+ * ring positions 0, L-2 and L-1 (GDN, fp32 or bf16 state, fp16 ring, L =
+ * 16, batch 256). Each launch runs on a different layer. */
+int run_profile(rssm_dtype state)
 {
     BCHECK(cudaSetDevice(0));
     cudaDeviceProp prop;
@@ -684,7 +684,7 @@ int run_profile()
     BCHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const uint32_t B = 256, L = 16;
     for (int replay = 0; replay < 2; ++replay) {
-        rssm_model m = bench_model(RSSM_GATE_GDN, 16, 32, 128, 128, 4, replay, replay ? L : 1, RSSM_DTYPE_F32,
+        rssm_model m = bench_model(RSSM_GATE_GDN, 16, 32, 128, 128, 4, replay, replay ? L : 1, state,
                                    RSSM_DTYPE_F16, RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED);
         Setup s;
         setup_init(s, m, B, prop.multiProcessorCount, 99);
@@ -808,7 +808,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "tune"))
         return run_tune();
     if (!strcmp(argv[1], "profile"))
-        return run_profile();
+        return run_profile(argc > 2 && !strcmp(argv[2], "bf16") ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32);
     fprintf(stderr, "unknown mode '%s'\n", argv[1]);
     return 2;
 }

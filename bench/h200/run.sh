@@ -111,7 +111,7 @@ stage_sanitize() {
         >"$log" 2>&1
       rc=$?
       if [ $rc = 0 ]; then
-        note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 'ERROR SUMMARY' "$log"))"
+        note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log"))"
       elif [ $rc = 124 ]; then
         note "compute-sanitizer $tool ($kern kernels): NOT FINISHED (stopped after ${SANITIZE_TIMEOUT:-240} s)"
       else
