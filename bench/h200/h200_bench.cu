@@ -2,7 +2,7 @@
  * H200 benchmark of the CUDA decode kernels, and the entry point
  * of the conformance run.
  *
- *   rssm_h200_bench conform [--quick] [--seed N]
+ *   rssm_h200_bench conform [--quick] [--seed N] [--backend cuda|cuda:bulk|cuda:stream|cuda:pipeline]
  *   rssm_h200_bench bench --json FILE [--quick] [--fast] [--batches B1,..]
  *   rssm_h200_bench tune | profile [bf16]
  *
@@ -782,17 +782,19 @@ int run_tune()
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conform [--quick] [--seed N] | bench --json FILE [--quick] [--fast] [--batches B1,B2,..]\n", argv[0]);
+        fprintf(stderr, "usage: %s conform [--quick] [--seed N] [--backend VARIANT] | bench --json FILE [--quick] [--fast] [--batches B1,B2,..]\n", argv[0]);
         return 2;
     }
     bool quick = false;
     uint64_t seed = 20261129;
-    const char *json = "bench.json";
+    const char *json = "bench.json", *variant = "cuda";
     for (int i = 2; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            variant = argv[++i];
         else if (!strcmp(argv[i], "--fast"))
             g_fast = true;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
@@ -802,7 +804,7 @@ int main(int argc, char **argv)
                 g_batches.push_back((uint32_t)strtoul(tok, NULL, 10));
     }
     if (!strcmp(argv[1], "conform"))
-        return run_conformance(quick, seed) ? 1 : 0;
+        return run_conformance(quick, seed, variant) ? 1 : 0;
     if (!strcmp(argv[1], "bench"))
         return run_bench(json, quick);
     if (!strcmp(argv[1], "tune"))

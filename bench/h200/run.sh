@@ -12,10 +12,9 @@
 # times the library's kernels only (no previous-choice comparison rows);
 # BATCHES=1,16,.. a subset of batches. The sanitizers always run the quick
 # conformance set.
-# Conformance runs twice: the full set with the library's kernels (the stream
-# kernels where they apply), the quick set with RSSM_CUDA_KERNEL=pipeline (the
-# general kernel for everything); the benchmark times both kernels on the
-# same setups. Stage time limits in seconds: CONFORM_TIMEOUT (default 300;
+# Conformance runs per backend variant: the full set with the plan's choice
+# ("cuda") and with cuda:bulk, the quick set with cuda:stream and
+# cuda:pipeline; a variant that cannot run a case reports it skipped. Stage time limits in seconds: CONFORM_TIMEOUT (default 300;
 # the CLI's 200), BENCH_TIMEOUT (400), SANITIZE_TIMEOUT (240, per tool). The
 # JSON, the markdown table, h200/summary.json and the PNG land in OUT_DIR with the logs folded
 # into logs.tgz; the committed copies are in bench/results/.
@@ -29,6 +28,8 @@ mkdir -p "$OUT_DIR" "$BUILD"
 cd "$ROOT"
 SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
+# the backend variant of a kernel family: default = the plan's choice
+variant() { if [ "$1" = default ]; then echo cuda; else echo "cuda:$1"; fi; }
 JOBS=$(nproc 2>/dev/null || echo 4)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader 2>&1 | head -2
@@ -51,14 +52,12 @@ stage_project() {
     if [ -n "$CLI" ]; then
       for kern in default bulk; do
         log="$OUT_DIR/cli_conform_$kern.log"
-        if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
-        if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend cuda >"$log" 2>&1; then
-          note "rssm conform --backend cuda ($kern kernels): ok ($(tail -1 "$log"))"
+        if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend "$(variant $kern)" >"$log" 2>&1; then
+          note "rssm conform --backend $(variant $kern): ok ($(tail -1 "$log"))"
         else
-          note "rssm conform --backend cuda ($kern kernels): FAILED (rc $?; see $(basename "$log"): $(tail -1 "$log"))"
+          note "rssm conform --backend $(variant $kern): FAILED (rc $?; see $(basename "$log"): $(tail -1 "$log"))"
         fi
       done
-      unset RSSM_CUDA_KERNEL
     else
       note "rssm CLI not built: skipped its conformance"
     fi
@@ -90,25 +89,22 @@ stage_conform() {
   # and pipeline on the quick set
   for kern in ${CONFORM_KERNELS:-default bulk stream pipeline}; do
     log="$OUT_DIR/conform_$kern.log"
-    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
     case $kern in default | bulk) set -- ;; *) set -- --quick ;; esac
-    if timeout "${CONFORM_TIMEOUT:-300}" "$BIN" conform "$@" >"$log" 2>&1; then
+    if timeout "${CONFORM_TIMEOUT:-300}" "$BIN" conform --backend "$(variant $kern)" "$@" >"$log" 2>&1; then
       note "conformance vs float64 oracle ($kern kernels): $(tail -1 "$log")"
     else
       note "conformance vs float64 oracle ($kern kernels) FAILED: $(tail -1 "$log")"
       grep -E "^FAIL" "$log" | head -20
     fi
   done
-  unset RSSM_CUDA_KERNEL
 }
 
 stage_sanitize() {
   for kern in ${SANITIZE_KERNELS:-default bulk}; do
-    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
       log="$OUT_DIR/sanitizer_${tool}_$kern.log"
       timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
-        >"$log" 2>&1
+        --backend "$(variant $kern)" >"$log" 2>&1
       rc=$?
       if [ $rc = 0 ]; then
         note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log"))"
@@ -120,7 +116,6 @@ stage_sanitize() {
       fi
     done
   done
-  unset RSSM_CUDA_KERNEL
 }
 
 stage_tune() {
