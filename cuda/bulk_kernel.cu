@@ -11,42 +11,36 @@
  * ring coefficients needed a second launch (the prologue). Here each CTA
  * (one per SM) splits the work by role:
  *
- *  - a producer thread walks the CTA's items, reads each row's header and
- *    issues one bulk copy per item (a 16 KiB checkpoint tile) into a ring of
- *    kStages shared-memory stages, gated by mbarriers: ~128 KiB in flight
- *    per SM, one instruction per tile;
+ *  - a producer thread takes the CTA's units (see Schedule), reads each
+ *    row's header one unit ahead and issues one bulk copy per item (a 16
+ *    KiB checkpoint tile) into a ring of kStages shared-memory stages, gated
+ *    by mbarriers, one instruction per tile;
  *  - kCoefWarps coefficient warps compute, once per unit (batch row, value
  *    head) and ahead of the consumers, what the prologue kernel computed:
- *    gamma_j, alpha Gamma q / k, c_j(q), c_j(k), beta, k.q and kg_j, into one
- *    of kCoefBufs shared buffers; they bulk-copy the unit's ring d [n][V] and
- *    v [V] in behind them (one copy each per unit: n small copies per stage
- *    made a full-ring step 1.56x an empty one, the copy engine's per-copy
- *    cost) and append k and g to the ring;
+ *    gamma_j, alpha Gamma q / k, c_j(q), c_j(k) (all 2n sums in one
+ *    reduce-scatter), beta, k.q and kg_j, into one of kCoefBufs shared
+ *    buffers; they bulk-copy the unit's ring d [n][V] and v [V] in behind
+ *    them (one copy each per unit: n small copies per stage cost the copy
+ *    engine more than their bytes) and append k and g to the ring;
  *  - kConsumers consumer warps turn each stage into the step's outputs, the
  *    ring's new d, and on a flush the new checkpoint, stored straight from
  *    registers while the next stages load. A lane owns 4 channels of R rows,
  *    so whatever it reads from the coefficient buffer serves R rows, and the
  *    rows' sums are one reduce-scatter (warp_sum_rows).
  *
- * A CTA takes the units u = blockIdx.x + i * gridDim.x, each as V / RC
- * consecutive items of RC value rows, so a unit's coefficients are computed
- * once and consecutive units, e.g. one row's flushing heads, land on
- * different SMs (the staggered case costs 1-4% over uniform positions).
- * Every thread that reads a buffer arrives on the barrier that releases it
- * (no single-lane release after __syncwarp), which compute-sanitizer's
- * racecheck can follow; it measured no slower on the H200.
+ * Units are handed out dynamically (a grid-wide counter behind a few static
+ * ones), each as V / RC consecutive items of RC value rows, so a unit's
+ * coefficients are computed once, SMs that the memory system serves faster
+ * take more units, and consecutive units, e.g. one row's flushing heads,
+ * land on different SMs. Every thread that reads a buffer arrives on the
+ * barrier that releases it (no single-lane release after __syncwarp),
+ * which compute-sanitizer's racecheck can follow.
  *
  * Numerics are those of the stream kernels (fp32 throughout, the same sums
  * in the same roles), and packed decode (no ring) runs the same code with
  * n = 0 and every step a flush; L = 1 replay is planned like packed, so it
- * stays bit-identical to it.
- *
- * Measured on the H200 (bench/results/h200_notes.md), GDN fp32 state, L =
- * 16: an empty-ring step reads at 3.9-4.0 TB/s, the read-only reference's
- * rate; packed decode runs at 84% of copy bandwidth; a flush step costs
- * 1.08-1.15x a packed step at batch >= 128; replay/packed 1.63-1.77x.
- * Still slow: the full-ring step (1.4x an empty one) and bf16 state (one
- * consumer group of 8 rows per warp: an empty step reads at ~2 TB/s).
+ * stays bit-identical to it. What each choice measured on the H200 is in
+ * bench/results/h200_notes.md.
  */
 #include "rssm_cuda.h"
 
@@ -61,13 +55,23 @@ using namespace rssm_kc;
 constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
 constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING;
 constexpr int kConsumers = 8;
+/* Coefficient warps per CTA. What bounds their rate is how many units'
+ * coefficients may be in flight (kCoefBufs; each takes a few microseconds
+ * of memory latency), not the warps; more than 12 warps a CTA would cap
+ * every thread at 128 registers, which the bf16 consumers feel. */
 constexpr int kCoefWarps = 3;
 constexpr int kThreads = 32 * (kConsumers + kCoefWarps + 1);
 constexpr int kProducerWarp = kConsumers + kCoefWarps;
-constexpr int kStages = 8;
+/* Four 16 KiB stages (64 KiB in flight per SM) cover the memory latency;
+ * more only lengthen the queues that the coefficient warps' small loads
+ * wait in, and leave less shared memory for coefficient buffers. */
+constexpr int kStages = 4;
 /* At least kCoefWarps: a coefficient warp then never waits on a buffer
- * phase more than one ahead of the consumers (mbarrier parity waits). */
-constexpr int kCoefBufs = 4;
+ * phase more than one ahead of the consumers (mbarrier parity waits).
+ * Eight: a unit's coefficients can start only when the unit kCoefBufs
+ * before it is consumed, so the buffers bound the coefficient rate to
+ * kCoefBufs units per (latency of one unit's coefficients + its stream). */
+constexpr int kCoefBufs = 8;
 static_assert(kCoefBufs >= kCoefWarps, "parity waits need kCoefBufs >= kCoefWarps");
 
 /* One stage: a checkpoint tile, one bulk copy. */
@@ -90,11 +94,21 @@ struct StageMeta {
     uint32_t slot, n, flush, unit;
 };
 
+/* The unit queue: the producer publishes the CTA's units kLead ahead of
+ * the one it loads, through kUq slots (see Schedule). The lead is small: a
+ * CTA commits to the units it has published, so the imbalance between SMs
+ * at the end of a launch grows with it. */
+constexpr int kLead = 4;
+constexpr int kUq = 32;
+constexpr uint32_t kNoUnit = 0xffffffffu;
+static_assert(kLead + kCoefWarps <= kUq - kStages, "a queue slot is reused only after its unit is consumed");
+
 constexpr size_t kSmemStages = (size_t)kStages * kStageBytes;
 constexpr size_t kSmemCoef = (size_t)kCoefBufs * kCoBytes;
 constexpr size_t kSmemMeta = (size_t)kStages * sizeof(StageMeta);
-constexpr size_t kSmemBars = (size_t)(2 * kStages + 2 * kCoefBufs) * sizeof(uint64_t);
-constexpr size_t kSmemBytes = kSmemStages + kSmemCoef + kSmemMeta + kSmemBars;
+constexpr size_t kSmemBars = (size_t)(2 * kStages + 2 * kCoefBufs + kUq) * sizeof(uint64_t);
+constexpr size_t kSmemQueue = (size_t)kUq * sizeof(uint32_t);
+constexpr size_t kSmemBytes = kSmemStages + kSmemCoef + kSmemMeta + kSmemBars + kSmemQueue;
 
 struct BArgs {
     rssm_kernel_params p;
@@ -189,7 +203,7 @@ __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, co
  * stages, so one stage's latency (shared-memory loads, the row sums'
  * shuffles, the stores) overlaps the other's; 8 rows per warp. bf16 state
  * (twice the rows per stage): one group, 8 rows per warp; two groups would
- * give a warp 16 rows and measured 1.7x slower on the H200 (registers). */
+ * give a warp 16 rows, slower for its registers (h200_notes.md). */
 template <int ST> struct Geometry {
     static constexpr int SB = ST == kF32 ? 4 : 2;
     static constexpr int RC = kTileBytes / (kMaxK * SB);
@@ -200,9 +214,73 @@ template <int ST> struct Geometry {
     static_assert(kStages % GROUPS == 0, "a stage always belongs to the same consumer group");
 };
 
+/* The CTA's work: a sequence of units (batch row, value head), unit i of
+ * the sequence published in uq[i % kUq] and completing phase i / kUq of
+ * ufull[i % kUq]. The first kLead are static (blockIdx.x + i gridDim.x),
+ * the rest are taken from a counter shared by the grid as the CTA's
+ * consumers free their stages, so SMs that the memory system serves faster
+ * take more units and all finish together (a fixed split leaves the
+ * fastest SMs idle for a good part of a step). The
+ * sequence ends with kCoefWarps kNoUnit entries, one for each coefficient
+ * warp; the counter grows monotonically within a launch, so once one unit
+ * is past the end every later one is too. The last CTA to stop taking
+ * units resets the counters for the next launch on the stream. */
+struct Schedule {
+    uint32_t *uq;
+    uint64_t *ufull;
+    uint32_t *work; /* [0] units taken beyond the static ones, [1] CTAs done taking */
+    uint32_t units, published, ended, coef_warps;
+    uint32_t ticket; /* the next counter value, taken one publish ahead */
+
+    /* The counter's round trip is taken ahead: the ticket for the next
+     * dynamic unit is requested when the previous one is used, so the
+     * producer thread waits for it only if a whole unit's loads took less
+     * time. Tickets are taken in order by this thread alone, so the one
+     * left over when the CTA stops is past the end too: no unit is lost. */
+    __device__ __forceinline__ void start()
+    {
+        if (blockIdx.x + (uint32_t)kLead * gridDim.x - gridDim.x < units)
+            ticket = atomicAdd(&work[0], 1u);
+        else
+            ticket = kNoUnit;
+    }
+
+    __device__ __forceinline__ void publish_one()
+    {
+        uint32_t u = kNoUnit;
+        if (!ended) {
+            if (published < (uint32_t)kLead) {
+                u = blockIdx.x + published * gridDim.x;
+            } else {
+                u = ticket == kNoUnit ? kNoUnit : (uint32_t)kLead * gridDim.x + ticket;
+                if (u < units)
+                    ticket = atomicAdd(&work[0], 1u);
+            }
+            if (u >= units) {
+                u = kNoUnit;
+                __threadfence();
+                if (atomicAdd(&work[1], 1u) == gridDim.x - 1u) {
+                    atomicExch(&work[0], 0u);
+                    atomicExch(&work[1], 0u);
+                }
+            }
+        }
+        ended += u == kNoUnit ? 1u : 0u;
+        uq[published % kUq] = u;
+        bar_arrive(&ufull[published % kUq]);
+        ++published;
+    }
+    /* publishes through unit `upto` of the sequence, or to its end */
+    __device__ __forceinline__ void publish_to(uint32_t upto)
+    {
+        while (published <= upto && ended < coef_warps)
+            publish_one();
+    }
+};
+
 template <int ST, int RT, bool RING>
 __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMeta *meta, uint64_t *full,
-                                        uint64_t *empty)
+                                        uint64_t *empty, Schedule &sch)
 {
     using Gm = Geometry<ST>;
     const rssm_kernel_params &p = a.p;
@@ -210,11 +288,23 @@ __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMe
     const uint32_t chunks = V / Gm::RC;
     const uint32_t tile_bytes = (uint32_t)Gm::RC * K * Gm::SB;
     const uint64_t policy = evict_first_policy();
-    const uint32_t units = active_units(p, a.b.header);
+    sch.start();
+    sch.publish_to(kLead);
+    /* The row header of the next unit is read while this one's loads are
+     * issued, so its round trip is not on this thread's path between two
+     * units' copies. */
+    uint32_t u = sch.uq[0];
+    RowStep st{};
+    if (u != kNoUnit)
+        st = row_step(p, a.b.header, u / HV);
     uint32_t it = 0;
-    for (uint32_t u = blockIdx.x; u < units; u += gridDim.x) {
-        const uint32_t r = u / HV, hv = u % HV;
-        const RowStep st = row_step(p, a.b.header, r);
+    for (uint32_t ui = 0; u != kNoUnit; ++ui) {
+        sch.publish_to(ui + kLead);
+        const uint32_t u_next = sch.uq[(ui + 1) % kUq];
+        RowStep st_next{};
+        if (u_next != kNoUnit)
+            st_next = row_step(p, a.b.header, u_next / HV);
+        const uint32_t hv = u % HV;
         const uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
         const uint8_t *C = lb + (size_t)hv * V * K * Gm::SB;
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
@@ -225,13 +315,55 @@ __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMe
             bar_arrive_tx(&full[s], tile_bytes);
             bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);
         }
+        u = u_next;
+        st = st_next;
     }
+    /* the end markers of every coefficient warp, however many there are
+     * beyond kLead */
+    sch.publish_to(0xfffffffeu);
+}
+
+/* Sums R per-row values over the warp's 32 lanes and returns, in each
+ * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
+ * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
+ * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
+ * the stage's sums cost. */
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
+
+/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
+ * distance O; a template per level so that every index is a constant
+ * (a loop over the levels was left rolled at R = 32: local memory). */
+template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
+{
+    if constexpr (W > 1) {
+        const bool upper = (lane & (uint32_t)O) != 0u;
+#pragma unroll
+        for (int k = 0; k < W / 2; ++k) {
+            /* both halves read first, then chosen: a select between two
+             * array elements would index the array at run time (local memory) */
+            const float lo = v[k], hi = v[k + W / 2];
+            const float send = upper ? lo : hi;
+            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        rows_exchange<W / 2, O / 2, R>(v, lane);
+    }
+}
+
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
+{
+    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
+    rows_exchange<R, 16, R>(v, lane);
+    float x = v[0];
+#pragma unroll
+    for (int o = 16 / R; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
 }
 
 /* One (batch row, value head): the coefficients into `co`, and the unit's
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
  * 4 lane .. 4 lane + 3. */
-template <int RT, bool RING>
+template <int RT, bool RING, bool KDA>
 __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
 {
     using RRaw = typename Raw<RT>::T;
@@ -241,7 +373,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     const uint32_t r = u / HV, hv = u % HV, h = hv / (HV / H);
     const RowStep st = row_step(p, a.b.header, r);
     const uint32_t n = RING ? st.n : 0u;
-    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    constexpr bool kda = KDA;
     const uint32_t Kg = kda ? K : 1u;
     const bool mine = c0 < K;
     uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
@@ -281,31 +413,41 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     const RowIn in = channel_inputs<4, 1>(a, r, hv, c0, 1u, q, k, g, alpha, nullptr);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
-     * the c_j dot products on the way. */
+     * the lane's parts of c_j(q) (at j) and c_j(k) (at kJ + j) on the way,
+     * then all 2 kJ sums in one reduce-scatter (2 kJ - 1 shuffles, where
+     * two warp sums per entry took 10 n, on the coefficient warps' critical
+     * path in a full-ring step). */
+    static_assert(2 * kJ == 32, "one c_j per lane");
+    float cs[2 * kJ];
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = JN - 1; j >= 0; --j) {
-        if (!RING || (uint32_t)j >= n)
-            continue;
-        const RRaw *kr = reinterpret_cast<const RRaw *>(&kj[j]);
-        const float gs[4] = {gj[j].x, gj[j].y, gj[j].z, gj[j].w};
-        float kg[4], dq = 0.0f, dk = 0.0f;
+        float dq = 0.0f, dk = 0.0f;
+        if (RING && (uint32_t)j < n) {
+            const RRaw *kr = reinterpret_cast<const RRaw *>(&kj[j]);
+            const float gs[4] = {gj[j].x, gj[j].y, gj[j].z, gj[j].w};
+            float kg[4];
+            const float e0 = expf(s[0]);
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            kg[i] = to_f<RT>(kr[i]) * (expf(s[i]) * alpha[i]);
-            s[i] += gs[i];
-            dq += kg[i] * q[i];
-            dk += kg[i] * k[i];
+            for (int i = 0; i < 4; ++i) {
+                /* GDN: one decay per head, so one exp per entry */
+                kg[i] = to_f<RT>(kr[i]) * ((KDA ? expf(s[i]) : e0) * alpha[i]);
+                s[i] += gs[i];
+                dq += kg[i] * q[i];
+                dk += kg[i] * k[i];
+            }
+            if (mine)
+                *reinterpret_cast<float4 *>(co + kCoKG + j * kMaxK + c0) = make_float4(kg[0], kg[1], kg[2], kg[3]);
         }
-        if (mine)
-            *reinterpret_cast<float4 *>(co + kCoKG + j * kMaxK + c0) = make_float4(kg[0], kg[1], kg[2], kg[3]);
-        dq = warp_sum(dq);
-        dk = warp_sum(dk);
-        if (lane == 0) {
-            co[kCoCQ + j] = dq;
-            co[kCoCK + j] = dk;
-        }
+        cs[j] = dq;
+        cs[kJ + j] = dk;
     }
+#pragma unroll
+    for (int j = JN; j < kJ; ++j)
+        cs[j] = cs[kJ + j] = 0.0f;
+    static_assert(kCoCK == kCoCQ + kJ, "c_j(q) and c_j(k) contiguous");
+    if (RING && n > 0u)
+        co[kCoCQ + lane] = warp_sum_rows<2 * kJ>(cs, lane);
     float ag[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
@@ -328,34 +470,8 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     if (lane == 0) {
         co[kCoMisc] = in.beta;
         co[kCoMisc + 1] = in.kq;
+        co[kCoMisc + 2] = __uint_as_float(u);
     }
-}
-
-/* Sums R per-row values over the warp's 32 lanes and returns, in each
- * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
- * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
- * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
- * the stage's sums cost. */
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
-{
-    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
-#pragma unroll
-    for (int w = R, o = 16; w > 1; w /= 2, o /= 2) {
-        const bool upper = (lane & (uint32_t)o) != 0u;
-#pragma unroll
-        for (int k = 0; k < w / 2; ++k) {
-            /* both halves read first, then chosen: a select between two
-             * array elements would index the array at run time (local memory) */
-            const float lo = v[k], hi = v[k + w / 2];
-            const float send = upper ? lo : hi;
-            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, o);
-        }
-    }
-    float x = v[0];
-#pragma unroll
-    for (int o = 16 / R; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
 }
 
 /* Element e (a compile-time index after unrolling) of 32-bit words w of
@@ -513,7 +629,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
 
 /* ----------------------------------------------------------- the kernel */
 
-template <int ST, int RT, bool RING>
+template <int ST, int RT, bool RING, bool KDA>
 __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 {
     extern __shared__ __align__(128) uint8_t smem[];
@@ -522,6 +638,9 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     StageMeta *meta = reinterpret_cast<StageMeta *>(smem + kSmemStages + kSmemCoef);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + kSmemStages + kSmemCoef + kSmemMeta);
     uint64_t *empty = full + kStages, *cfull = empty + kStages, *cempty = cfull + kCoefBufs;
+
+    uint32_t *uq = reinterpret_cast<uint32_t *>(cempty + kCoefBufs + kUq);
+    uint64_t *ufull = cempty + kCoefBufs;
 
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     if (threadIdx.x == 0) {
@@ -534,35 +653,50 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
             bar_init(&cfull[b], 32); /* every lane of the writing warp, plus the bulk copies' bytes */
             bar_init(&cempty[b], 32u * kConsumers);
         }
+        for (int q = 0; q < kUq; ++q)
+            bar_init(&ufull[q], 1);
         /* the bulk copies (async proxy) must see the initialised barriers */
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
     }
     __syncthreads();
 
-    const uint32_t units = active_units(a.p, a.b.header);
+    constexpr int kCoef = kCoefWarps;
     if (warp == (uint32_t)kProducerWarp) {
-        if (lane == 0)
-            produce<ST, RT, RING>(a, stages, meta, full, empty);
+        if (lane == 0) {
+            Schedule sch{uq, ufull, a.b.work, active_units(a.p, a.b.header), 0u, 0u, (uint32_t)kCoef, kNoUnit};
+            produce<ST, RT, RING>(a, stages, meta, full, empty, sch);
+        }
         return;
     }
     if (warp >= (uint32_t)kConsumers) {
-        const uint32_t cw = warp - kConsumers;
-        uint32_t ui = cw;
-        for (uint32_t u = blockIdx.x + cw * gridDim.x; u < units; u += kCoefWarps * gridDim.x, ui += kCoefWarps) {
+        /* coefficient warp cw takes units cw, cw + kCoef, ... of the
+         * sequence, through buffers ui % kCoefBufs */
+        for (uint32_t ui = warp - kConsumers;; ui += kCoef) {
             const uint32_t b = ui % kCoefBufs;
             if (ui >= (uint32_t)kCoefBufs)
                 bar_wait(&cempty[b], ((ui / kCoefBufs) & 1u) ^ 1u);
-            coefficients<RT, RING>(a, u, reinterpret_cast<float *>(coef + (size_t)b * kCoBytes), &cfull[b]);
+            bar_wait(&ufull[ui % kUq], (ui / kUq) & 1u);
+            const uint32_t u = uq[ui % kUq];
+            float *co = reinterpret_cast<float *>(coef + (size_t)b * kCoBytes);
+            if (u == kNoUnit) {
+                if (lane == 0)
+                    co[kCoMisc + 2] = __uint_as_float(kNoUnit);
+                bar_arrive(&cfull[b]);
+                break;
+            }
+            coefficients<RT, RING, KDA>(a, u, co, &cfull[b]);
             bar_arrive(&cfull[b]);
         }
         return;
     }
     const uint32_t chunks = a.p.head_v / Geometry<ST>::RC, group = warp / Geometry<ST>::GROUP_WARPS;
-    uint32_t it = 0, ui = 0;
-    for (uint32_t u = blockIdx.x; u < units; u += gridDim.x, ++ui) {
+    uint32_t it = 0;
+    for (uint32_t ui = 0;; ++ui) {
         const uint32_t b = ui % kCoefBufs;
         bar_wait(&cfull[b], (ui / kCoefBufs) & 1u);
         const float *co = reinterpret_cast<const float *>(coef + (size_t)b * kCoBytes);
+        if (__float_as_uint(co[kCoMisc + 2]) == kNoUnit)
+            break;
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
             if (it % Geometry<ST>::GROUPS != group)
                 continue;
@@ -577,17 +711,20 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 
 using BulkFn = void (*)(const BArgs);
 
-/* [ring dtype, or 3 for no ring][state fp32, bf16] */
-const BulkFn kBulk[4][2] = {
-    {bulk_kernel<kF32, kF32, true>, bulk_kernel<kBF16, kF32, true>},
-    {bulk_kernel<kF32, kF16, true>, bulk_kernel<kBF16, kF16, true>},
-    {bulk_kernel<kF32, kBF16, true>, bulk_kernel<kBF16, kBF16, true>},
-    {bulk_kernel<kF32, kF32, false>, bulk_kernel<kBF16, kF32, false>},
+/* [ring dtype, or 3 for no ring][state fp32, bf16][GDN, KDA] */
+#define RSSM_BULK_PAIR(ST, RT, RING) {bulk_kernel<ST, RT, RING, false>, bulk_kernel<ST, RT, RING, true>}
+const BulkFn kBulk[4][2][2] = {
+    {RSSM_BULK_PAIR(kF32, kF32, true), RSSM_BULK_PAIR(kBF16, kF32, true)},
+    {RSSM_BULK_PAIR(kF32, kF16, true), RSSM_BULK_PAIR(kBF16, kF16, true)},
+    {RSSM_BULK_PAIR(kF32, kBF16, true), RSSM_BULK_PAIR(kBF16, kBF16, true)},
+    {RSSM_BULK_PAIR(kF32, kF32, false), RSSM_BULK_PAIR(kBF16, kF32, false)},
 };
+#undef RSSM_BULK_PAIR
 
 BulkFn bulk_fn(const rssm_kernel_params *p)
 {
-    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
+    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1]
+                [p->gate_kind == RSSM_CODE_GATE_KDA ? 1 : 0];
 }
 
 uint32_t rows_per_item(const rssm_kernel_params *p)
@@ -641,6 +778,8 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
 {
     if (plan->grid == 0)
         return cudaErrorInvalidConfiguration;
+    if (!b->work)
+        return cudaErrorInvalidValue;
     BArgs a;
     a.p = *p;
     a.b = *b;

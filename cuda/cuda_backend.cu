@@ -29,6 +29,8 @@ struct CudaCtx {
     cudaDeviceProp prop;
     cudaStream_t stream;
     char name[128];
+    char variant[32];
+    int kernel; /* RSSM_CUDA_KERNEL_* the variant asks for; -1: the plan's choice */
 };
 
 struct CudaPool {
@@ -48,6 +50,7 @@ struct CudaBatch {
     void *q, *k, *v, *out;
     float *gate, *beta, *A_log, *dt_bias;
     float *scratch;           /* the stream kernel's coefficients, or NULL */
+    uint32_t *work;           /* the bulk kernel's work counters */
     size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -69,11 +72,47 @@ rssm_status cuda_fail(rssm_error *err, cudaError_t e, const char *what)
             return cuda_fail(err, ck_e, #call);                                                    \
     } while (0)
 
-const char *const kVariants[] = {"cuda", NULL};
+/* One variant per kernel family, besides the plan's choice ("cuda"): a
+ * variant runs its kernel on every batch or refuses the model; nothing
+ * falls back to another kernel. */
+const char *const kVariants[] = {"cuda", "cuda:bulk", "cuda:stream", "cuda:pipeline", NULL};
+
+int variant_kernel(const char *variant)
+{
+    if (strcmp(variant, "cuda") == 0)
+        return -1;
+    if (strcmp(variant, "cuda:bulk") == 0)
+        return (int)RSSM_CUDA_KERNEL_BULK;
+    if (strcmp(variant, "cuda:stream") == 0)
+        return (int)RSSM_CUDA_KERNEL_STREAM;
+    if (strcmp(variant, "cuda:pipeline") == 0)
+        return (int)RSSM_CUDA_KERNEL_PIPELINE;
+    return -2;
+}
+
+/* Why `kernel` (RSSM_CUDA_KERNEL_*, or -1 for the plan's choice) cannot run
+ * `p`, or NULL: the one place that decides which kernel may run what, for
+ * cuda_supports and batch_build alike. The pipeline kernel and the plan's
+ * choice run whatever rssm_cuda_unsupported accepts. */
+const char *kernel_refusal(int kernel, const rssm_kernel_params *p, size_t smem_limit)
+{
+    const char *why = rssm_cuda_unsupported(p, smem_limit);
+    if (why)
+        return why;
+    if (kernel == (int)RSSM_CUDA_KERNEL_BULK && !rssm_cuda_bulk_supported(p))
+        return "the bulk kernel takes K a multiple of 32 up to 128, V a multiple of a stage's rows (32 for "
+               "fp32 state, 64 for bf16), fp32 or bf16 state, rings of at most 16 entries whose d entries "
+               "fit 8 KiB (ring entries x V x ring bytes) and 16-byte aligned slot layouts";
+    if (kernel == (int)RSSM_CUDA_KERNEL_STREAM && !rssm_cuda_stream_supported(p))
+        return "the stream kernels take K up to 128 and rings of at most 16 entries";
+    return NULL;
+}
 
 rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
 {
-    (void)variant;
+    const int kernel = variant_kernel(variant);
+    if (kernel < -1)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cuda: unknown variant '%s'", variant);
     int count = 0;
     const cudaError_t e = cudaGetDeviceCount(&count);
     if (e != cudaSuccess || count == 0) {
@@ -98,6 +137,8 @@ rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
     if (!c)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the context");
     c->device = best;
+    c->kernel = kernel;
+    snprintf(c->variant, sizeof c->variant, "%s", variant);
     cudaError_t ce = cudaGetDeviceProperties(&c->prop, best);
     if (ce == cudaSuccess)
         ce = cudaSetDevice(best);
@@ -132,11 +173,11 @@ void cuda_describe(void *ctx, char *buf, size_t size)
     snprintf(buf, size,
              "device %d: %.96s, compute capability %d.%d, %d SMs\n"
              "memory %.1f GiB, %d-bit bus, L2 %.1f MiB, shared memory per block up to %zu KiB\n"
-             "kernels: sm_90a machine code + compute_90 PTX; fp16/bf16 mma.sync for the flush, "
-             "one CUDA graph per step\n",
+             "kernels: sm_90a machine code + compute_90 PTX; one CUDA graph per step; variant %s\n",
              c->device, p.name, p.major, p.minor, p.multiProcessorCount,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.memoryBusWidth,
-             (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024);
+             (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024,
+             c->kernel < 0 ? "cuda (the plan's choice of kernel per batch)" : c->variant);
 }
 
 rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
@@ -146,9 +187,9 @@ rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
     rssm_slot_layout_init(&lay, m);
     rssm_kernel_params p;
     rssm_kernel_params_init(&p, m, &lay, 1);
-    const char *why = rssm_cuda_unsupported(&p, c->prop.sharedMemPerBlockOptin);
+    const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
     if (why)
-        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: %s (K = %u, V = %u, L = %u)", why,
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s (K = %u, V = %u, L = %u)", c->variant, why,
                               m->head_k, m->head_v, m->replay ? m->ring_len : 1u);
     return rssm_clear_error(err);
 }
@@ -223,6 +264,7 @@ void batch_free(CudaBatch *b)
     cudaFree(b->A_log);
     cudaFree(b->dt_bias);
     cudaFree(b->scratch);
+    cudaFree(b->work);
     free(b);
 }
 
@@ -249,6 +291,8 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaMalloc(reinterpret_cast<void **>(&b->A_log), (size_t)p.layers * p.num_v_heads * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->dt_bias), (size_t)p.layers * p.num_v_heads * Kg * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->header_dev), b->header_bytes));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->work), RSSM_CUDA_WORK_BYTES));
+    CK(cudaMemsetAsync(b->work, 0, RSSM_CUDA_WORK_BYTES, c->stream));
     CK(cudaMallocHost(reinterpret_cast<void **>(&b->header_host), b->header_bytes));
     /* Defined contents everywhere: inputs never uploaded read as zeros, and
      * the gate weights start at A_log = 0, dt_bias = 0 until set. */
@@ -276,17 +320,15 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     b->buf.A_log = b->A_log;
     b->buf.dt_bias = b->dt_bias;
     b->buf.out = b->out;
+    b->buf.work = b->work;
 
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
-    /* RSSM_CUDA_KERNEL=pipeline|stream|bulk forces a kernel where it applies:
-     * for A/B checks (the H200 run's conformance runs each). */
-    const char *force = getenv("RSSM_CUDA_KERNEL");
-    if (force && strcmp(force, "pipeline") == 0)
-        b->plan.kernel = RSSM_CUDA_KERNEL_PIPELINE;
-    else if (force && strcmp(force, "stream") == 0 && rssm_cuda_stream_supported(&p))
-        b->plan.kernel = RSSM_CUDA_KERNEL_STREAM;
-    else if (force && strcmp(force, "bulk") == 0 && rssm_cuda_bulk_supported(&p))
-        b->plan.kernel = RSSM_CUDA_KERNEL_BULK;
+    if (c->kernel >= 0) {
+        const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
+        if (why)
+            return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
+        b->plan.kernel = (uint32_t)c->kernel;
+    }
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
     const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
     if (scratch) {
@@ -317,9 +359,9 @@ rssm_status cuda_batch_create(void *ctx, void *pool, const rssm_kernel_params *p
 {
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CK(cudaSetDevice(c->device));
-    const char *why = rssm_cuda_unsupported(params, c->prop.sharedMemPerBlockOptin);
+    const char *why = kernel_refusal(c->kernel, params, c->prop.sharedMemPerBlockOptin);
     if (why)
-        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: %s", why);
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
     CudaBatch *b = static_cast<CudaBatch *>(calloc(1, sizeof *b));
     if (!b)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the batch record");

@@ -37,7 +37,13 @@ typedef struct rssm_cuda_buffers {
     void *out;                  /* io dtype */
     float *scratch;             /* the stream kernel's per-(row, value head) ring
                                    coefficients: rssm_cuda_scratch_bytes */
+    uint32_t *work;             /* the bulk kernel's work counters: RSSM_CUDA_WORK_BYTES,
+                                   zeroed before the first launch; every launch leaves them
+                                   zero. Launches that share them run one after another
+                                   (one stream or graph). */
 } rssm_cuda_buffers;
+
+#define RSSM_CUDA_WORK_BYTES 64u
 
 /* Which kernel a plan launches. The pipeline kernel (decode_kernel.cu) runs
  * every model; the stream kernels (stream_kernel.cu: a coefficient prologue,

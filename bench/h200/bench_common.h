@@ -63,7 +63,8 @@ static inline rssm_model bench_model(rssm_gate_kind kind, uint32_t H, uint32_t H
     return m;
 }
 
-/* Conformance (h200_conform.cu): returns the number of failed cases. */
-int run_conformance(bool quick, uint64_t seed);
+/* Conformance (h200_conform.cu) of one variant of the CUDA backend
+ * ("cuda", "cuda:bulk", ...): returns the number of failed cases. */
+int run_conformance(bool quick, uint64_t seed, const char *variant);
 
 #endif

@@ -1,10 +1,10 @@
 /*
- * H200 benchmark of the CUDA decode kernels (issue 4), and the entry point
+ * H200 benchmark of the CUDA decode kernels, and the entry point
  * of the conformance run.
  *
- *   rssm_h200_bench conform [--quick] [--seed N]
- *   rssm_h200_bench bench --json FILE [--quick]
- *   rssm_h200_bench tune | profile
+ *   rssm_h200_bench conform [--quick] [--seed N] [--backend cuda|cuda:bulk|cuda:stream|cuda:pipeline]
+ *   rssm_h200_bench bench --json FILE [--quick] [--fast] [--batches B1,..]
+ *   rssm_h200_bench tune | profile [bf16]
  *
  * Method (DESIGN §7): every timing replays a CUDA graph of whole steps, all
  * layers, through rssm_cuda_launch_layer (the launches the library records).
@@ -162,6 +162,8 @@ void setup_init(Setup &s, const rssm_model &m, uint32_t B, int sm_count, uint64_
     s.buf = rssm_cuda_buffers{};
     const size_t scratch = rssm_cuda_scratch_bytes(&s.p, &s.plan);
     s.buf.scratch = scratch ? static_cast<float *>(dalloc(s, scratch)) : NULL;
+    s.buf.work = static_cast<uint32_t *>(dalloc(s, RSSM_CUDA_WORK_BYTES));
+    BCHECK(cudaMemset(s.buf.work, 0, RSSM_CUDA_WORK_BYTES));
     const size_t L = m.layers, H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
     const size_t Kg = m.gate_kind == RSSM_GATE_KDA ? K : 1, io = rssm_dtype_size(m.io_dtype);
     uint8_t *pool = static_cast<uint8_t *>(dalloc(s, s.lay.slot_bytes * B));
@@ -336,6 +338,7 @@ struct Row {
     double empty_us, full_us, flush_us;
     double old_us, old_packed_us, old_packed_pct, old_ratio, old_empty_us, old_full_us, old_flush_us;
     double stream_packed_us, stream_packed_pct; /* the packed stream kernel at every batch */
+    double inplace_us;                          /* the in-place bound of the packed step */
     rssm_cuda_plan plan, packed_plan;
 };
 
@@ -411,6 +414,67 @@ double copy_bandwidth(cudaStream_t stream)
 
 /* --batches: a subset of the sweep's batch sizes, for quick checks */
 std::vector<uint32_t> g_batches;
+/* --fast: the library's kernels only (no previous-choice or stream-kernel
+ * comparison rows), for iterating on one kernel */
+bool g_fast = false;
+
+/* The physical bound of a packed step: every 16 bytes of a buffer read and
+ * written back once (xor with a run-time zero, so nothing is elided). Each
+ * block takes contiguous tiles of D x blockDim vectors, D loads in flight
+ * per thread, so DRAM pages are walked in order; CS: streaming cache hints. */
+template <int D, bool CS> __global__ void inplace_kernel(uint4 *buf, size_t n, uint32_t flip)
+{
+    const size_t tile = D * (size_t)blockDim.x;
+    for (size_t t = (size_t)blockIdx.x * tile; t < n; t += (size_t)gridDim.x * tile) {
+        uint4 v[D];
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            const size_t i = t + (size_t)u * blockDim.x + threadIdx.x;
+            if (i < n)
+                v[u] = CS ? __ldcs(buf + i) : buf[i];
+        }
+#pragma unroll
+        for (int u = 0; u < D; ++u) {
+            const size_t i = t + (size_t)u * blockDim.x + threadIdx.x;
+            v[u].x ^= flip;
+            if (i < n) {
+                if (CS)
+                    __stcs(buf + i, v[u]);
+                else
+                    buf[i] = v[u];
+            }
+        }
+    }
+}
+
+/* Seconds of one in-place pass over `bytes` at `p`: the fastest of a few
+ * shapes of the pass (each the median of 9), so the bound is not flattered
+ * by a weak reference kernel. */
+double inplace_seconds(void *p, size_t bytes, cudaStream_t stream, int sm_count)
+{
+    uint4 *b = static_cast<uint4 *>(p);
+    const size_t n = bytes / 16;
+    const uint32_t sms = (uint32_t)sm_count;
+    double best = 1e30;
+    auto take = [&](double ms) { best = ms < best ? ms : best; };
+    take(median_ms(stream, [&] {
+        inplace_kernel<4, true><<<8 * sms, 256, 0, stream>>>(b, n, 0u);
+        BCHECK(cudaGetLastError());
+    }));
+    take(median_ms(stream, [&] {
+        inplace_kernel<4, false><<<8 * sms, 256, 0, stream>>>(b, n, 0u);
+        BCHECK(cudaGetLastError());
+    }));
+    take(median_ms(stream, [&] {
+        inplace_kernel<8, false><<<16 * sms, 128, 0, stream>>>(b, n, 0u);
+        BCHECK(cudaGetLastError());
+    }));
+    take(median_ms(stream, [&] {
+        inplace_kernel<2, true><<<4 * sms, 1024, 0, stream>>>(b, n, 0u);
+        BCHECK(cudaGetLastError());
+    }));
+    return best * 1e-3;
+}
 
 /* A read-only reference: every thread sums 16-byte loads of a 2 GiB buffer
  * (8 in flight) and writes one word, so the bytes read are the buffer. */
@@ -495,10 +559,16 @@ int run_bench(const char *json_path, bool quick)
             const uint32_t *ph = make_headers(ps, zero);
             const double pt = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
             const rssm_cuda_plan pplan = ps.plan;
-            use_kernel(ps, previous_kernel(ps));
-            const double pt_old = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
-            use_kernel(ps, RSSM_CUDA_KERNEL_STREAM);
-            const double pt_stream = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
+            double pt_old = 0, pt_stream = 0;
+            if (!g_fast) {
+                use_kernel(ps, previous_kernel(ps));
+                pt_old = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
+                use_kernel(ps, RSSM_CUDA_KERNEL_STREAM);
+                pt_stream = time_steps(ps, ph, psteps, stream, reps) / psteps / pm.layers;
+            }
+            /* the packed pool holds checkpoints only: one pass over it, per layer */
+            const double ipt = inplace_seconds(ps.buf.pool, ps.lay.slot_bytes * B, stream, prop.multiProcessorCount) /
+                               pm.layers;
             const double pbytes = B * step_bytes(pm, 0, true);
             setup_free(ps);
             for (uint32_t L : f.Ls) {
@@ -509,8 +579,11 @@ int run_bench(const char *json_path, bool quick)
                 setup_init(s, m, B, prop.multiProcessorCount, seed++);
                 const rssm_cuda_plan plan = s.plan;
                 const ReplayTimes nt = time_replay(s, L, B, stream, reps);
-                use_kernel(s, previous_kernel(s));
-                const ReplayTimes ot = time_replay(s, L, B, stream, reps);
+                ReplayTimes ot = {};
+                if (!g_fast) {
+                    use_kernel(s, previous_kernel(s));
+                    ot = time_replay(s, L, B, stream, reps);
+                }
                 for (int stag = 0; stag < 2; ++stag) {
                     const double t = nt.cycle[stag], bytes = nt.bytes[stag];
                     Row row;
@@ -533,23 +606,24 @@ int run_bench(const char *json_path, bool quick)
                     row.flush_us = nt.flush * 1e6;
                     row.old_us = ot.cycle[stag] * 1e6;
                     row.old_packed_us = pt_old * 1e6;
-                    row.old_packed_pct = 100.0 * pbytes / pt_old / copy_bw;
-                    row.old_ratio = pt_old / ot.cycle[stag];
+                    row.old_packed_pct = pt_old > 0 ? 100.0 * pbytes / pt_old / copy_bw : 0.0;
+                    row.old_ratio = pt_old > 0 ? pt_old / ot.cycle[stag] : 0.0;
                     row.old_empty_us = ot.empty * 1e6;
                     row.old_full_us = ot.full * 1e6;
                     row.old_flush_us = ot.flush * 1e6;
                     row.stream_packed_us = pt_stream * 1e6;
-                    row.stream_packed_pct = 100.0 * pbytes / pt_stream / copy_bw;
+                    row.stream_packed_pct = pt_stream > 0 ? 100.0 * pbytes / pt_stream / copy_bw : 0.0;
+                    row.inplace_us = ipt * 1e6;
                     row.plan = plan;
                     row.packed_plan = pplan;
                     rows.push_back(row);
                     printf("%s state=%s ring=%s L=%2u B=%3u %-9s layers=%3u: replay %8.2f us (%6.0f GB/s %5.1f%%) "
-                           "packed %8.2f us (%5.1f%%; %s) ratio %.3f | empty %.2f full %.2f flush %.2f us | %s RPL%u | "
+                           "packed %8.2f us (%5.1f%%; %s; in-place %.2f) ratio %.3f | empty %.2f full %.2f flush %.2f us | %s RPL%u | "
                            "previous: replay %.2f packed %.2f (%5.1f%%) ratio %.3f empty %.2f full %.2f flush %.2f | "
                            "packed stream %.2f (%5.1f%%)\n",
                            row.kind, dname(f.state), dname(f.ring), L, B, stag ? "staggered" : "uniform",
                            m.layers, row.us, row.gbps, row.pct, row.packed_us, row.packed_pct,
-                           kernel_name(pplan.kernel), row.ratio,
+                           kernel_name(pplan.kernel), row.inplace_us, row.ratio,
                            row.empty_us, row.full_us, row.flush_us, kernel_name(plan.kernel), plan.rows_per_lane,
                            row.old_us, row.old_packed_us, row.old_packed_pct, row.old_ratio, row.old_empty_us,
                            row.old_full_us, row.old_flush_us, row.stream_packed_us, row.stream_packed_pct);
@@ -584,13 +658,13 @@ int run_bench(const char *json_path, bool quick)
                 "\"packed_rows_per_lane\": %u, \"old_us_per_step\": %.3f, \"old_packed_us\": %.3f, "
                 "\"old_packed_pct_copy_bw\": %.1f, \"old_replay_over_packed\": %.4f, \"old_empty_ring_us\": %.3f, "
                 "\"old_full_ring_us\": %.3f, \"old_flush_us\": %.3f, \"stream_packed_us\": %.3f, "
-                "\"stream_packed_pct_copy_bw\": %.1f}%s\n",
+                "\"stream_packed_pct_copy_bw\": %.1f, \"inplace_us\": %.3f, \"copy_gbps\": %.1f}%s\n",
                 r.kind, dname(r.state), dname(r.ring), r.L, r.B, r.staggered ? "staggered" : "uniform", r.layers,
                 r.us, r.gbps, r.pct, r.packed_us, r.packed_gbps, r.packed_pct, r.ratio, r.empty_us, r.full_us,
                 r.flush_us, kernel_name(r.plan.kernel), r.plan.rows_per_lane, kernel_name(r.packed_plan.kernel),
                 r.packed_plan.rows_per_lane, r.old_us, r.old_packed_us, r.old_packed_pct, r.old_ratio,
                 r.old_empty_us, r.old_full_us, r.old_flush_us, r.stream_packed_us, r.stream_packed_pct,
-                i + 1 < rows.size() ? "," : "");
+                r.inplace_us, copy_bw / 1e9, i + 1 < rows.size() ? "," : "");
     }
     fprintf(f, "  ]\n}\n");
     fclose(f);
@@ -599,9 +673,9 @@ int run_bench(const char *json_path, bool quick)
 }
 
 /* A few plain launches (no graph) for a profiler: packed, then replay at
- * ring positions 0, L-2 and L-1 (GDN, fp32 state, fp16 ring, L = 16,
- * batch 256). Each launch runs on a different layer. */
-int run_profile()
+ * ring positions 0, L-2 and L-1 (GDN, fp32 or bf16 state, fp16 ring, L =
+ * 16, batch 256). Each launch runs on a different layer. */
+int run_profile(rssm_dtype state)
 {
     BCHECK(cudaSetDevice(0));
     cudaDeviceProp prop;
@@ -610,7 +684,7 @@ int run_profile()
     BCHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
     const uint32_t B = 256, L = 16;
     for (int replay = 0; replay < 2; ++replay) {
-        rssm_model m = bench_model(RSSM_GATE_GDN, 16, 32, 128, 128, 4, replay, replay ? L : 1, RSSM_DTYPE_F32,
+        rssm_model m = bench_model(RSSM_GATE_GDN, 16, 32, 128, 128, 4, replay, replay ? L : 1, state,
                                    RSSM_DTYPE_F16, RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED);
         Setup s;
         setup_init(s, m, B, prop.multiProcessorCount, 99);
@@ -708,17 +782,21 @@ int run_tune()
 int main(int argc, char **argv)
 {
     if (argc < 2) {
-        fprintf(stderr, "usage: %s conform [--quick] [--seed N] | bench --json FILE [--quick] [--batches B1,B2,..]\n", argv[0]);
+        fprintf(stderr, "usage: %s conform [--quick] [--seed N] [--backend VARIANT] | bench --json FILE [--quick] [--fast] [--batches B1,B2,..]\n", argv[0]);
         return 2;
     }
     bool quick = false;
     uint64_t seed = 20261129;
-    const char *json = "bench.json";
+    const char *json = "bench.json", *variant = "cuda";
     for (int i = 2; i < argc; ++i) {
         if (!strcmp(argv[i], "--quick"))
             quick = true;
         else if (!strcmp(argv[i], "--seed") && i + 1 < argc)
             seed = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--backend") && i + 1 < argc)
+            variant = argv[++i];
+        else if (!strcmp(argv[i], "--fast"))
+            g_fast = true;
         else if (!strcmp(argv[i], "--json") && i + 1 < argc)
             json = argv[++i];
         else if (!strcmp(argv[i], "--batches") && i + 1 < argc)
@@ -726,13 +804,13 @@ int main(int argc, char **argv)
                 g_batches.push_back((uint32_t)strtoul(tok, NULL, 10));
     }
     if (!strcmp(argv[1], "conform"))
-        return run_conformance(quick, seed) ? 1 : 0;
+        return run_conformance(quick, seed, variant) ? 1 : 0;
     if (!strcmp(argv[1], "bench"))
         return run_bench(json, quick);
     if (!strcmp(argv[1], "tune"))
         return run_tune();
     if (!strcmp(argv[1], "profile"))
-        return run_profile();
+        return run_profile(argc > 2 && !strcmp(argv[2], "bf16") ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32);
     fprintf(stderr, "unknown mode '%s'\n", argv[1]);
     return 2;
 }

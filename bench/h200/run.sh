@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The H200 run of issue 4, in one go: build, conformance, compute-sanitizer,
+# The H200 run, in one go: build, conformance, compute-sanitizer,
 # timing, report. Run from the repository root on the GPU machine:
 #
 #   bench/h200/run.sh [OUT_DIR]            (default: $OUT, else ./h200-out)
@@ -8,14 +8,15 @@
 # sanitize bench"; also "tune" (launch-shape sweep of the pipeline kernel),
 # "profile" (Nsight Compute on batch-256 launches, plus the SASS) and
 # "memcheck_big" (compute-sanitizer on those launches)). QUICK=1 shrinks the
-# timing sweep to the families the targets name (L = 16, all batches); the
-# sanitizers always run the quick conformance set.
-# Conformance runs twice: the full set with the library's kernels (the stream
-# kernels where they apply), the quick set with RSSM_CUDA_KERNEL=pipeline (the
-# general kernel for everything); the benchmark times both kernels on the
-# same setups. Stage time limits in seconds: CONFORM_TIMEOUT (default 300;
+# timing sweep to the families the targets name (L = 16, all batches); FAST=1
+# times the library's kernels only (no previous-choice comparison rows);
+# BATCHES=1,16,.. a subset of batches. The sanitizers always run the quick
+# conformance set.
+# Conformance runs per backend variant: the full set with the plan's choice
+# ("cuda") and with cuda:bulk, the quick set with cuda:stream and
+# cuda:pipeline; a variant that cannot run a case reports it skipped. Stage time limits in seconds: CONFORM_TIMEOUT (default 300;
 # the CLI's 200), BENCH_TIMEOUT (400), SANITIZE_TIMEOUT (240, per tool). The
-# JSON, the markdown table and the PNG land in OUT_DIR with the logs folded
+# JSON, the markdown table, h200/summary.json and the PNG land in OUT_DIR with the logs folded
 # into logs.tgz; the committed copies are in bench/results/.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/h200-out}}
@@ -27,6 +28,8 @@ mkdir -p "$OUT_DIR" "$BUILD"
 cd "$ROOT"
 SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
+# the backend variant of a kernel family: default = the plan's choice
+variant() { if [ "$1" = default ]; then echo cuda; else echo "cuda:$1"; fi; }
 JOBS=$(nproc 2>/dev/null || echo 4)
 
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --format=csv,noheader 2>&1 | head -2
@@ -49,14 +52,12 @@ stage_project() {
     if [ -n "$CLI" ]; then
       for kern in default bulk; do
         log="$OUT_DIR/cli_conform_$kern.log"
-        if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
-        if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend cuda >"$log" 2>&1; then
-          note "rssm conform --backend cuda ($kern kernels): ok ($(tail -1 "$log"))"
+        if timeout "${CONFORM_TIMEOUT:-200}" "$CLI" conform --backend "$(variant $kern)" >"$log" 2>&1; then
+          note "rssm conform --backend $(variant $kern): ok ($(tail -1 "$log"))"
         else
-          note "rssm conform --backend cuda ($kern kernels): FAILED (rc $?; see $(basename "$log"): $(tail -1 "$log"))"
+          note "rssm conform --backend $(variant $kern): FAILED (rc $?; see $(basename "$log"): $(tail -1 "$log"))"
         fi
       done
-      unset RSSM_CUDA_KERNEL
     else
       note "rssm CLI not built: skipped its conformance"
     fi
@@ -88,28 +89,25 @@ stage_conform() {
   # and pipeline on the quick set
   for kern in ${CONFORM_KERNELS:-default bulk stream pipeline}; do
     log="$OUT_DIR/conform_$kern.log"
-    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
     case $kern in default | bulk) set -- ;; *) set -- --quick ;; esac
-    if timeout "${CONFORM_TIMEOUT:-300}" "$BIN" conform "$@" >"$log" 2>&1; then
+    if timeout "${CONFORM_TIMEOUT:-300}" "$BIN" conform --backend "$(variant $kern)" "$@" >"$log" 2>&1; then
       note "conformance vs float64 oracle ($kern kernels): $(tail -1 "$log")"
     else
       note "conformance vs float64 oracle ($kern kernels) FAILED: $(tail -1 "$log")"
       grep -E "^FAIL" "$log" | head -20
     fi
   done
-  unset RSSM_CUDA_KERNEL
 }
 
 stage_sanitize() {
   for kern in ${SANITIZE_KERNELS:-default bulk}; do
-    if [ $kern = default ]; then unset RSSM_CUDA_KERNEL; else export RSSM_CUDA_KERNEL=$kern; fi
     for tool in ${SANITIZE_TOOLS:-memcheck racecheck}; do
       log="$OUT_DIR/sanitizer_${tool}_$kern.log"
       timeout "${SANITIZE_TIMEOUT:-240}" compute-sanitizer --tool "$tool" --error-exitcode 9 "$BIN" conform --quick \
-        >"$log" 2>&1
+        --backend "$(variant $kern)" >"$log" 2>&1
       rc=$?
       if [ $rc = 0 ]; then
-        note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 'ERROR SUMMARY' "$log"))"
+        note "compute-sanitizer $tool ($kern kernels): clean ($(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' "$log"))"
       elif [ $rc = 124 ]; then
         note "compute-sanitizer $tool ($kern kernels): NOT FINISHED (stopped after ${SANITIZE_TIMEOUT:-240} s)"
       else
@@ -118,7 +116,6 @@ stage_sanitize() {
       fi
     done
   done
-  unset RSSM_CUDA_KERNEL
 }
 
 stage_tune() {
@@ -144,6 +141,7 @@ stage_profile() {
 
 stage_bench() {
   BARG=""; [ -n "${BATCHES:-}" ] && BARG="--batches $BATCHES"
+  [ "${FAST:-0}" = 1 ] && BARG="$BARG --fast"
   if timeout "${BENCH_TIMEOUT:-400}" "$BIN" bench --json "$OUT_DIR/h200_results.json" $QARG $BARG 2>&1 | tee "$OUT_DIR/bench.log"; then
     python3 bench/h200/report.py "$OUT_DIR/h200_results.json" "$OUT_DIR" >"$OUT_DIR/report.log" 2>&1 ||
       note "report FAILED: $(tail -1 "$OUT_DIR/report.log")"
