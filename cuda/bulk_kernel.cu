@@ -174,7 +174,7 @@ __device__ __forceinline__ uint64_t evict_first_policy()
 }
 
 /* The row header of batch row r: slot, ring entries n and the flush
- * decision, taken on the device (DESIGN §2). */
+ * decision, taken on the device (docs/design.md §2). */
 struct RowStep {
     uint32_t slot, n;
     bool flush;

@@ -2,7 +2,7 @@
  * The decode step on the GPU: one kernel, templated on the state and ring
  * storage types, that runs both the packed decode (no ring: every step is a
  * flush with n = 0) and the ReplaySSM decode with the factored readout
- * (DESIGN.md §1). The semantics are those of the team brief, step by step.
+ * (docs/design.md §1), followed step by step.
  * Replay models with rings of up to 16 entries, and packed models at small
  * batches, are planned onto the stream kernels of stream_kernel.cu instead;
  * this one runs the rest (the packed decode once the batch fills the GPU,
@@ -228,7 +228,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     constexpr bool R16 = RT != kF32;
 
     const rssm_kernel_params &p = a.p;
-    /* FIX: K = V = 128 known at compile time (the model shapes of DESIGN §5),
+    /* FIX: K = V = 128 known at compile time (the model shapes of docs/design.md §5),
      * which folds the bounds checks and most of the address arithmetic. */
     const uint32_t K = FIX ? 128u : p.head_k, V = FIX ? 128u : p.head_v;
     const uint32_t H = p.num_qk_heads, HV = p.num_v_heads;

@@ -193,8 +193,7 @@ static long alias_of(size_t i)
         return -1;
     for (size_t j = 0; j < i; j++) {
         backend_entry *o = backend_get(j);
-        if (o->b && strcmp(rssm_backend_kernels(o->b), rssm_backend_kernels(e->b)) == 0 &&
-            strcmp(rssm_backend_device(o->b), rssm_backend_device(e->b)) == 0)
+        if (rh_same_kernels(o->b, e->b))
             return (long)j;
     }
     return -1;

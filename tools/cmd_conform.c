@@ -556,8 +556,7 @@ int cmd_conform(int argc, char **argv)
             continue;
         }
         for (size_t j = 0; j < i; j++) {
-            if (bs[j].b && strcmp(rssm_backend_kernels(bs[i].b), rssm_backend_kernels(bs[j].b)) == 0 &&
-                strcmp(rssm_backend_device(bs[i].b), rssm_backend_device(bs[j].b)) == 0) {
+            if (rh_same_kernels(bs[i].b, bs[j].b)) {
                 printf("%-34s %-24s  runs the kernels of %s on this device: checked there\n",
                        trace_dir ? "(the trace)" : "(all cases)", backends[i], backends[j]);
                 rssm_backend_destroy(&bs[i].b);

@@ -1,6 +1,8 @@
 /* rssm info: which backends were built in, and what each finds here. */
 #include "cli.h"
 
+#include "conform.h"
+
 #include "rssm.h"
 
 #include <stdio.h>
@@ -74,8 +76,7 @@ int cmd_info(int argc, char **argv)
         }
         const char *alias = NULL;
         for (size_t j = 0; j < i && !alias; j++)
-            if (bs[j] && strcmp(rssm_backend_kernels(bs[j]), rssm_backend_kernels(bs[i])) == 0 &&
-                strcmp(rssm_backend_device(bs[j]), rssm_backend_device(bs[i])) == 0)
+            if (rh_same_kernels(bs[j], bs[i]))
                 alias = rssm_backend_name_at(j);
         if (started_only) {
             if (!alias)

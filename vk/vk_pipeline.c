@@ -57,7 +57,9 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
         [SPEC_RING_LEN] = m->replay ? m->ring_len : 1u,
         [SPEC_SG_SIZE] = ctx->subgroup_size,
         [SPEC_STATE_DT] = (uint32_t)m->state_dtype,
-        [SPEC_RING_DT] = (uint32_t)m->ring_dtype,
+        /* The packed module has no ring: one value, so packed models that
+         * differ only in their (unused) ring dtype share a pipeline. */
+        [SPEC_RING_DT] = m->replay ? (uint32_t)m->ring_dtype : (uint32_t)RSSM_DTYPE_F32,
         [SPEC_IO_DT] = (uint32_t)m->io_dtype,
         [SPEC_TILE_M] = ctx->tile_m,
         [SPEC_TILE_N] = ctx->tile_n,

@@ -6,7 +6,7 @@
  *   rssm_h200_bench bench --json FILE [--quick] [--fast] [--batches B1,..]
  *   rssm_h200_bench tune | profile [bf16]
  *
- * Method (DESIGN §7): every timing replays a CUDA graph of whole steps, all
+ * Method (docs/design.md §7): every timing replays a CUDA graph of whole steps, all
  * layers, through rssm_cuda_launch_layer (the launches the library records).
  * A replay measurement is one whole L-step ring cycle, flush included, with
  * L distinct step headers prepared in device memory in advance; the packed

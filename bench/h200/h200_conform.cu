@@ -3,11 +3,11 @@
  * the backend's ops table (pool, graph-recorded batch, header refresh), so
  * what is checked is what the library runs.
  *
- * The oracle follows the kernel semantics of the team brief step by step in
+ * The oracle follows the kernel semantics of docs/design.md §1 step by step in
  * double precision on the same canonical slot bytes: it reads the checkpoint
  * and ring entries as stored and stores what it writes with the same
  * rounding (state dtype, ring dtype, fp32 g). Its results are compared by
- * relative L2 error with the DESIGN §6 tolerances; NaN never passes. Unused
+ * relative L2 error with the docs/design.md §6 tolerances; NaN never passes. Unused
  * ring memory starts as NaN, so a kernel that reads past write_pos fails.
  *
  * Covered: GDN and KDA; L in {1, 2, 8, 16} and replay off; fp32/bf16 state x

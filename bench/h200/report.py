@@ -13,7 +13,7 @@ import os
 import sys
 
 
-# The published kernels' best times on the same H200 (DESIGN.md section 7,
+# The published kernels' best times on the same H200 (docs/design.md §7 and bench/results/h200_notes.md,
 # uniform ring positions unless named), us per step per layer.
 PEERS = {
     ("gdn", "fp32", "uniform"): {1: 4.10, 16: 14.75, 64: 46.12, 128: 84.48, 256: 161.05, 512: 315.26},

@@ -6,7 +6,7 @@
  * the committed corpus was made). */
 #define _POSIX_C_SOURCE 200809L
 
-#include "rssm.h"
+#include "fuzz_model.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -29,12 +29,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
 {
     (void)argc;
     (void)argv;
-    rssm_model m;
-    rssm_model_preset(&m, "kimi-linear-kda", NULL);
-    m.layers = 1;
-    m.num_qk_heads = m.num_v_heads = 2;
-    m.head_k = m.head_v = 8;
-    m.ring_len = 4;
+    rssm_model m = fuzz_model();
     m.ring_dtype = RSSM_DTYPE_F16;
     rssm_error err;
     if (rssm_backend_create("cpu", &backend, &err) != RSSM_OK ||

@@ -4,6 +4,7 @@
  * directory is loaded. Every input must get a status, never a crash. */
 #define _POSIX_C_SOURCE 200809L
 
+#include "fuzz_model.h"
 #include "trace.h"
 
 #include <stdio.h>
@@ -62,12 +63,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     if (!mkdtemp(dir))
         abort();
     atexit(remove_dir);
-    rssm_model m;
-    rssm_model_preset(&m, "kimi-linear-kda", NULL);
-    m.layers = 1;
-    m.num_qk_heads = m.num_v_heads = 2;
-    m.head_k = m.head_v = 8;
-    m.ring_len = 4;
+    rssm_model m = fuzz_model();
     rh_trace_spec spec = {.model = m, .steps = 3, .batch = 2, .seed = 1};
     rh_trace t;
     rssm_error err;

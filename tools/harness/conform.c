@@ -25,6 +25,12 @@ const char *rh_verdict_name(rh_verdict v)
     return "?";
 }
 
+int rh_same_kernels(const rssm_backend *a, const rssm_backend *b)
+{
+    return a && b && strcmp(rssm_backend_kernels(a), rssm_backend_kernels(b)) == 0 &&
+           strcmp(rssm_backend_device(a), rssm_backend_device(b)) == 0;
+}
+
 int rh_backend_required(const char *name)
 {
     const char *list = getenv("RSSM_REQUIRE_BACKENDS");

@@ -119,6 +119,11 @@ void rh_prepared_free(rh_prepared *p);
 rh_verdict rh_run_case(const rh_prepared *p, rssm_backend *b, rssm_backend *other, rh_result *r,
                        float *outputs);
 
+/* 1 if a and b run the same kernels on the same device (one of them is a
+ * variant name that resolves to the other there, rssm_backend_kernels):
+ * the conformance tools check such a pair once. */
+int rh_same_kernels(const rssm_backend *a, const rssm_backend *b);
+
 /* 1 if RSSM_REQUIRE_BACKENDS (a comma-separated list of backend names, as
  * tools/test sets it for the backends a project machine provides) names
  * `name`: a test must then fail, not skip, when that backend cannot start. */
