@@ -79,7 +79,8 @@ void rssm_pool_release(struct rssm_pool *p);
  * not) and its batches; they take turns, and distinct pools never wait on
  * each other. The lock is recursive, as public calls use one another
  * (copy materialises its source). NULL is let through, for the call's own
- * argument check to report. */
+ * argument check to report. Calls that take a const pool cast the const
+ * away for the lock alone: locking is not a change to the pool. */
 static inline void rssm_pool_lock(struct rssm_pool *p)
 {
     if (p)

@@ -230,12 +230,12 @@ static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const 
 
 rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_alloc_unlocked(p, slot, err));
+    RSSM_POOL_LOCKED(p, pool_alloc_unlocked(p, slot, err));
 }
 
 rssm_status rssm_pool_free(rssm_pool *p, uint32_t slot, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_free_unlocked(p, slot, err));
+    RSSM_POOL_LOCKED(p, pool_free_unlocked(p, slot, err));
 }
 
 rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *write_pos, rssm_error *err)
@@ -245,20 +245,20 @@ rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *wri
 
 rssm_status rssm_pool_materialise(rssm_pool *p, uint32_t slot, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_materialise_unlocked(p, slot, err));
+    RSSM_POOL_LOCKED(p, pool_materialise_unlocked(p, slot, err));
 }
 
 rssm_status rssm_pool_copy(rssm_pool *p, uint32_t src, uint32_t dst, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_copy_unlocked(p, src, dst, err));
+    RSSM_POOL_LOCKED(p, pool_copy_unlocked(p, src, dst, err));
 }
 
 rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_read_state_unlocked(p, slot, state, err));
+    RSSM_POOL_LOCKED(p, pool_read_state_unlocked(p, slot, state, err));
 }
 
 rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_write_state_unlocked(p, slot, state, err));
+    RSSM_POOL_LOCKED(p, pool_write_state_unlocked(p, slot, state, err));
 }

@@ -147,10 +147,10 @@ static rssm_status pool_import_unlocked(rssm_pool *p, uint32_t slot, const void 
 
 rssm_status rssm_pool_export(rssm_pool *p, uint32_t slot, void *bytes, size_t size, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_export_unlocked(p, slot, bytes, size, err));
+    RSSM_POOL_LOCKED(p, pool_export_unlocked(p, slot, bytes, size, err));
 }
 
 rssm_status rssm_pool_import(rssm_pool *p, uint32_t slot, const void *bytes, size_t size, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_import_unlocked(p, slot, bytes, size, err));
+    RSSM_POOL_LOCKED(p, pool_import_unlocked(p, slot, bytes, size, err));
 }

@@ -110,5 +110,5 @@ rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *sl
 
 rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_commit_unlocked(p, rows, plan, err));
+    RSSM_POOL_LOCKED(p, pool_commit_unlocked(p, rows, plan, err));
 }

@@ -43,7 +43,7 @@ typedef struct backend_entry {
 static rh_case *g_cases;
 /* Which of g_cases this run checks. */
 static char **g_filters;
-static int g_nfilters;
+static size_t g_nfilters;
 static size_t g_ncases;
 static backend_entry *g_backends;
 static size_t g_nbackends;
@@ -174,17 +174,6 @@ static void test_nan_never_passes(void **state)
     assert_false(rh_rel_l2_f(one, zero, 1) <= 1e-2); /* an all-zero reference cannot hide errors */
 }
 
-/* Every case name is unique, so --case and ctest output name one case. */
-static int case_selected(const char *name)
-{
-    if (g_nfilters == 0)
-        return 1;
-    for (int i = 0; i < g_nfilters; i++)
-        if (strstr(name, g_filters[i]))
-            return 1;
-    return 0;
-}
-
 /* The earlier backend whose kernels `i` runs on the same device, or -1. */
 static long alias_of(size_t i)
 {
@@ -199,6 +188,7 @@ static long alias_of(size_t i)
     return -1;
 }
 
+/* Every case name is unique, so --case and ctest output name one case. */
 static void test_case_names_unique(void **state)
 {
     (void)state;
@@ -266,7 +256,7 @@ int main(int argc, char **argv)
                    g_backends[alias[b]].name);
     }
     for (size_t c = 0; c < g_ncases; c++) {
-        if (!case_selected(g_cases[c].name))
+        if (!rh_case_matches(g_cases[c].name, g_filters, g_nfilters))
             continue;
         for (size_t b = 0; b < g_nbackends; b++) {
             if (alias[b] >= 0)

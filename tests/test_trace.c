@@ -435,8 +435,7 @@ static void test_trace_values(void **state)
     assert_int_equal(rh_trace_generate(&spec, &t, &err), RSSM_OK);
     char dir[256], path[512];
     make_temp_dir(dir, sizeof dir, "values");
-    const uint64_t T = c.steps, L = c.model.layers, B = c.batch;
-    const uint64_t qs[5] = {T, L, B, c.model.num_qk_heads, c.model.head_k};
+    const uint64_t T = c.steps, B = c.batch;
     const uint64_t ss[2] = {T, B};
     const size_t qrow = (size_t)c.model.num_qk_heads * c.model.head_k;
     assert_true(B >= 2);
@@ -471,7 +470,6 @@ static void test_trace_values(void **state)
     assert_int_equal(rh_trace_save(&t, dir, NULL, &err), RSSM_OK);
     assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
     assert_non_null(strstr(err.message, "initial_state.npy"));
-    (void)qs;
     free(ids);
     rh_trace_free(&t);
     remove_dir(dir);

@@ -11,6 +11,7 @@
 
 #include <errno.h>
 #include <math.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -168,6 +169,7 @@ typedef struct suite_case {
 typedef struct suite {
     suite_case *cases;
     size_t ncases, printed, live;
+    size_t live_cap;    /* MAX_LIVE; unbounded once a backend runs on the caller's thread */
     backend_slot *bs;
     size_t nb;
     uint64_t seed;
@@ -218,7 +220,7 @@ static void need_case(suite *s, size_t c)
 {
     suite_case *sc = &s->cases[c];
     if (sc->state == CASE_NEW) {
-        while (s->live >= MAX_LIVE && sc->state == CASE_NEW)
+        while (s->live >= s->live_cap && sc->state == CASE_NEW)
             pthread_cond_wait(&s->changed, &s->lock);
         if (sc->state == CASE_NEW) {
             sc->state = CASE_PREPARING;
@@ -293,9 +295,13 @@ static int run_suite(suite *s)
     for (size_t c = 0; c < s->ncases; c++) {
         s->cases[c].remaining = started ? started : 1;
         s->cases[c].results = calloc(s->nb ? s->nb : 1, sizeof(rh_result));
-        if (!s->cases[c].results)
+        if (!s->cases[c].results) {
+            while (c-- > 0)
+                free(s->cases[c].results);
             return 0;
+        }
     }
+    s->live_cap = MAX_LIVE;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
     suite_worker w[MAX_BACKENDS];
@@ -307,9 +313,19 @@ static int run_suite(suite *s)
             continue;
         w[nw] = (suite_worker){.s = s, .backend = i};
         running[nw] = pthread_create(&th[nw], NULL, backend_worker, &w[nw]) == 0;
-        if (!running[nw])
-            backend_worker(&w[nw]); /* no thread to be had: run it here */
         nw++;
+    }
+    /* A backend that got no thread runs here, after the others have all
+     * started; the threads may then run ahead of it without bound, since it
+     * cannot catch up while they wait for it. */
+    for (size_t i = 0; i < nw; i++) {
+        if (running[i])
+            continue;
+        pthread_mutex_lock(&s->lock);
+        s->live_cap = SIZE_MAX;
+        pthread_cond_broadcast(&s->changed);
+        pthread_mutex_unlock(&s->lock);
+        backend_worker(&w[i]);
     }
     if (started == 0) { /* nothing started: the oracles are still checked */
         pthread_mutex_lock(&s->lock);
@@ -339,16 +355,6 @@ static void run_trace(const rh_prepared *p, backend_slot *bs, size_t nb, tally *
         print_row(p->c.name, bs[i].name, &bs[i].result);
         count(t, bs[i].result.verdict);
     }
-}
-
-static int matches(const char *name, char **filters, size_t nf)
-{
-    if (nf == 0)
-        return 1;
-    for (size_t i = 0; i < nf; i++)
-        if (strstr(name, filters[i]))
-            return 1;
-    return 0;
 }
 
 /* Writes the prepared case as a trace directory with the oracle's outputs. */
@@ -480,10 +486,10 @@ int cmd_conform(int argc, char **argv)
     }
     size_t selected = 0;
     for (size_t i = 0; i < ncases; i++)
-        selected += matches(cases[i].name, filters, nf);
+        selected += rh_case_matches(cases[i].name, filters, nf);
     if (list) {
         for (size_t i = 0; i < ncases; i++)
-            if (matches(cases[i].name, filters, nf))
+            if (rh_case_matches(cases[i].name, filters, nf))
                 printf("%s\n", cases[i].name);
         free(cases);
         return 0;
@@ -586,7 +592,7 @@ int cmd_conform(int argc, char **argv)
         suite su = {.bs = bs, .nb = nb, .seed = seed, .dump_dir = dump_dir, .tokens = jobs, .t = t};
         su.cases = calloc(selected ? selected : 1, sizeof *su.cases);
         for (size_t c = 0; su.cases && c < ncases; c++)
-            if (matches(cases[c].name, filters, nf))
+            if (rh_case_matches(cases[c].name, filters, nf))
                 su.cases[su.ncases++].c = &cases[c];
         if (!su.cases || !run_suite(&su)) {
             fprintf(stderr, "rssm conform: out of memory\n");

@@ -25,6 +25,16 @@ const char *rh_verdict_name(rh_verdict v)
     return "?";
 }
 
+int rh_case_matches(const char *name, char *const *filters, size_t n)
+{
+    if (n == 0)
+        return 1;
+    for (size_t i = 0; i < n; i++)
+        if (strstr(name, filters[i]))
+            return 1;
+    return 0;
+}
+
 int rh_same_kernels(const rssm_backend *a, const rssm_backend *b)
 {
     return a && b && strcmp(rssm_backend_kernels(a), rssm_backend_kernels(b)) == 0 &&

@@ -119,6 +119,10 @@ void rh_prepared_free(rh_prepared *p);
 rh_verdict rh_run_case(const rh_prepared *p, rssm_backend *b, rssm_backend *other, rh_result *r,
                        float *outputs);
 
+/* 1 if `name` contains one of the n filters (every name when n is 0): how
+ * `rssm conform --case` and the conformance tests select cases. */
+int rh_case_matches(const char *name, char *const *filters, size_t n);
+
 /* 1 if a and b run the same kernels on the same device (one of them is a
  * variant name that resolves to the other there, rssm_backend_kernels):
  * the conformance tools check such a pair once. */
