@@ -79,6 +79,13 @@ typedef struct rssm_backend_ops {
                                   rssm_error *err);
     /* Device seconds of the last batch_run. */
     double (*batch_last_run_seconds)(void *ctx, void *batch);
+    /* Records `steps` steps, step s running the `rows` headers
+     * hdr[s * rows ..], as one program; runs it once untimed and `reps`
+     * times, and returns the median device seconds of one run. Leaves the
+     * last step's outputs in the output buffers (rssm_batch_time_steps). */
+    rssm_status (*batch_time_steps)(void *ctx, void *batch, uint32_t rows, uint32_t steps,
+                                    const rssm_row_header *hdr, uint32_t reps, double *seconds,
+                                    rssm_error *err);
 
     /* Optional (NULL: rssm_backend_copy_bandwidth says unsupported).
      * Device-to-device copy bandwidth over buffers of `bytes`, counting
@@ -86,6 +93,15 @@ typedef struct rssm_backend_ops {
      * the parallelism the kernels get (all threads, all SMs). */
     rssm_status (*copy_bandwidth)(void *ctx, size_t bytes, double *bytes_per_second,
                                   rssm_error *err);
+
+    /* Optional (NULL: rssm_pool_inplace_seconds says unsupported). Median
+     * device seconds of `reps` passes (after one untimed) that each read the
+     * first `bytes` of the pool's memory and write every 32-bit word back
+     * xored with `flip`: 0 from rssm_pool_inplace_seconds, which leaves the
+     * bytes as they were; the tests pass another value to see that each
+     * pass touches every word. */
+    rssm_status (*pool_inplace_seconds)(void *ctx, void *pool, size_t bytes, uint32_t reps,
+                                        uint32_t flip, double *seconds, rssm_error *err);
 
     /* Optional (NULL: fp32). The dtype the flush's matrix product rounds
      * its operands to for this model, beyond the storage dtypes. */

@@ -85,24 +85,36 @@ static rssm_status batch_upload_unlocked(rssm_batch *b, uint32_t rows, const rss
     return rssm_clear_error(err);
 }
 
-static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
-                           uint32_t snapshot_interval, rssm_error *err)
+/* What a batch needs before any step runs on it: `rows` uploaded rows
+ * and, for gates computed on the device, every layer's gate weights. */
+static rssm_status check_runnable(const rssm_batch *b, uint32_t rows, const char *who, rssm_error *err)
 {
-    if (!b)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: batch must not be NULL");
     if (rows == 0 || rows > b->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: rows = %u: must be in 1..%u", rows, b->max_rows);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: rows = %u: must be in 1..%u", who, rows,
+                              b->max_rows);
     if (rows != b->uploaded_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: %u rows, but the uploaded inputs have %u", rows,
-                              b->uploaded_rows);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows, but the uploaded inputs have %u", who,
+                              rows, b->uploaded_rows);
     const rssm_model *m = &b->pool->model;
     if (m->gate_mode != RSSM_GATE_PRECOMPUTED)
         for (uint32_t l = 0; l < m->layers; l++)
             if (!b->gate_params_set[l])
                 return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                      "run: %s gates need A_log and dt_bias; layer %u has none (rssm_batch_set_gate_params)",
-                                      rssm_gate_mode_name(m->gate_mode), l);
-    rssm_status st = rssm_pool_plan(b->pool, rows, slots, seq_len_after, snapshot_interval, b->plan, err);
+                                      "%s: %s gates need A_log and dt_bias; layer %u has none "
+                                      "(rssm_batch_set_gate_params)",
+                                      who, rssm_gate_mode_name(m->gate_mode), l);
+    return RSSM_OK;
+}
+
+static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,
+                           uint32_t snapshot_interval, rssm_error *err)
+{
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "run: batch must not be NULL");
+    rssm_status st = check_runnable(b, rows, "run", err);
+    if (st != RSSM_OK)
+        return st;
+    st = rssm_pool_plan(b->pool, rows, slots, seq_len_after, snapshot_interval, b->plan, err);
     if (st != RSSM_OK)
         return st;
     for (uint32_t r = 0; r < rows; r++)
@@ -113,6 +125,36 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
         return st;
     b->run_rows = rows;
     return rssm_pool_commit(b->pool, rows, b->plan, err);
+}
+
+static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,
+                                             uint32_t reps, double *seconds, rssm_error *err)
+{
+    if (!b || !plans || !seconds)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: batch, plans and seconds must not be NULL");
+    if (steps == 0 || steps > 4096)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: steps = %u: must be in 1..4096", steps);
+    if (reps == 0 || reps > 1000)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: reps = %u: must be in 1..1000", reps);
+    rssm_status st = check_runnable(b, rows, "time_steps", err);
+    if (st != RSSM_OK)
+        return st;
+    const size_t n = (size_t)steps * rows;
+    rssm_row_header *hdr = malloc(n * sizeof *hdr);
+    if (!hdr)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "time_steps: out of host memory");
+    for (uint32_t s = 0; s < steps && st == RSSM_OK; s++)
+        st = rssm_plan_check(b->pool, rows, plans + (size_t)s * rows, 0, "time_steps", err);
+    for (size_t i = 0; i < n && st == RSSM_OK; i++)
+        hdr[i] = (rssm_row_header){.slot = plans[i].slot, .write_pos = plans[i].write_pos, .force = plans[i].force};
+    rssm_backend *be = b->pool->backend;
+    if (st == RSSM_OK)
+        st = be->ops->batch_time_steps(be->ctx, b->dev, rows, steps, hdr, reps, seconds, err);
+    free(hdr);
+    if (st != RSSM_OK)
+        return st;
+    b->run_rows = rows;
+    return rssm_clear_error(err);
 }
 
 static rssm_status batch_download_unlocked(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)
@@ -168,6 +210,12 @@ rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, 
                            uint32_t snapshot_interval, rssm_error *err)
 {
     RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_run_unlocked(b, rows, slots, seq_len_after, snapshot_interval, err));
+}
+
+rssm_status rssm_batch_time_steps(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,
+                                  uint32_t reps, double *seconds, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_time_steps_unlocked(b, rows, steps, plans, reps, seconds, err));
 }
 
 rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)

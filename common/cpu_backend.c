@@ -14,6 +14,7 @@
 #include "cpu_kernels.h"
 #include "error.h"
 #include "thread_pool.h"
+#include "timing.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -414,13 +415,6 @@ static void run_item(void *ctx, size_t item, unsigned worker)
                               scratch);
 }
 
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
-
 static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
                                  rssm_error *err)
 {
@@ -481,9 +475,9 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     size_t chunk = heads / ((size_t)c->thread_count * 8);
     a.chunk = (uint32_t)(chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk));
     a.parts = (p->num_v_heads + a.chunk - 1) / a.chunk;
-    const double t0 = now_seconds();
+    const double t0 = rssm_now_seconds();
     rssm_thread_pool_for(c->threads, lrs * a.parts, run_item, &a);
-    b->last_seconds = now_seconds() - t0;
+    b->last_seconds = rssm_now_seconds() - t0;
     return rssm_clear_error(err);
 }
 
@@ -526,12 +520,6 @@ static void copy_chunk(void *ctx, size_t item, unsigned worker)
         memcpy(j->dst + at, j->src + at, j->chunk < j->bytes - at ? j->chunk : j->bytes - at);
 }
 
-static int compare_doubles(const void *a, const void *b)
-{
-    const double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
 /* memcpy over every thread the kernels use: one thread alone reaches only
  * part of the memory bandwidth, and the kernels are judged against all of
  * it. The first copy faults the pages in and is not timed. */
@@ -552,14 +540,78 @@ static rssm_status cpu_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm
     enum { REPEATS = 7 };
     double t[REPEATS];
     for (int r = 0; r < REPEATS; r++) {
-        const double t0 = now_seconds();
+        const double t0 = rssm_now_seconds();
         rssm_thread_pool_for(c->threads, threads, copy_chunk, &job);
-        t[r] = now_seconds() - t0;
+        t[r] = rssm_now_seconds() - t0;
     }
-    qsort(t, REPEATS, sizeof t[0], compare_doubles);
-    *bps = 2.0 * (double)bytes / t[REPEATS / 2];
+    *bps = 2.0 * (double)bytes / rssm_median(t, REPEATS);
     free(src);
     free(dst);
+    return rssm_clear_error(err);
+}
+
+/* ------------------------------------------------------ benchmark entries */
+
+/* The CPU has nothing to record: the program is its steps run in turn, and
+ * its time the sum of theirs. */
+static rssm_status cpu_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
+                                        const rssm_row_header *hdr, uint32_t reps, double *seconds,
+                                        rssm_error *err)
+{
+    cpu_batch *b = batch;
+    double *t = malloc(reps * sizeof *t);
+    if (!t)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu: out of host memory");
+    rssm_status st = RSSM_OK;
+    for (uint32_t r = 0; r <= reps && st == RSSM_OK; r++) {
+        double sum = 0.0;
+        for (uint32_t s = 0; s < steps && st == RSSM_OK; s++) {
+            st = cpu_batch_run(ctx, batch, rows, hdr + (size_t)s * rows, err);
+            sum += b->last_seconds;
+        }
+        if (r > 0) /* the first run is the untimed one */
+            t[r - 1] = sum;
+    }
+    if (st == RSSM_OK)
+        *seconds = rssm_median(t, reps);
+    free(t);
+    return st;
+}
+
+typedef struct inplace_job {
+    uint64_t *words;
+    size_t count, chunk;
+    uint64_t flip; /* 0 but for the tests, and not known at compile time: the writes stay */
+} inplace_job;
+
+static void inplace_chunk(void *ctx, size_t item, unsigned worker)
+{
+    (void)worker;
+    const inplace_job *j = ctx;
+    const size_t at = item * j->chunk, end = at + j->chunk < j->count ? at + j->chunk : j->count;
+    for (size_t i = at; i < end; i++)
+        j->words[i] ^= j->flip;
+}
+
+static rssm_status cpu_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint32_t reps,
+                                            uint32_t flip, double *seconds, rssm_error *err)
+{
+    cpu_ctx *c = ctx;
+    cpu_pool *p = pool;
+    double *t = malloc(reps * sizeof *t);
+    if (!t)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu: out of host memory");
+    const unsigned threads = rssm_thread_pool_threads(c->threads);
+    inplace_job job = {(uint64_t *)(void *)p->base, bytes / sizeof(uint64_t), 0, (uint64_t)flip << 32 | flip};
+    job.chunk = (job.count + threads - 1) / threads;
+    for (uint32_t r = 0; r <= reps; r++) {
+        const double t0 = rssm_now_seconds();
+        rssm_thread_pool_for(c->threads, threads, inplace_chunk, &job);
+        if (r > 0)
+            t[r - 1] = rssm_now_seconds() - t0;
+    }
+    *seconds = rssm_median(t, reps);
+    free(t);
     return rssm_clear_error(err);
 }
 
@@ -584,5 +636,7 @@ const rssm_backend_ops rssm_cpu_backend_ops = {
     .batch_run = cpu_batch_run,
     .batch_download = cpu_batch_download,
     .batch_last_run_seconds = cpu_batch_last_run_seconds,
+    .batch_time_steps = cpu_batch_time_steps,
     .copy_bandwidth = cpu_copy_bandwidth,
+    .pool_inplace_seconds = cpu_pool_inplace_seconds,
 };

@@ -102,6 +102,11 @@ static inline void rssm_pool_unlock(struct rssm_pool *p)
 
 /* Shared argument checks; each sets err and returns its status. */
 rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err);
+/* A step's plan the device can run: distinct allocated slots, write_pos
+ * inside the ring, is_flush as write_pos and force say, and (committing)
+ * each write_pos the slot's own. `who` starts the message. */
+rssm_status rssm_plan_check(const rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
+                            const char *who, rssm_error *err);
 
 /* Host-side slot work on one slot's raw bytes (common/slot_state.c). */
 /* Fills state [layers][HV][V][K] with the true state: checkpoint plus the

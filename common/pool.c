@@ -228,6 +228,25 @@ static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const 
 
 /* The public entry points: each holds the pool lock (objects.h). */
 
+static rssm_status pool_inplace_seconds_unlocked(rssm_pool *p, uint32_t reps, double *seconds, rssm_error *err)
+{
+    if (!p || !seconds)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "inplace: pool and seconds must not be NULL");
+    if (reps == 0 || reps > 1000)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "inplace: reps = %u: must be in 1..1000", reps);
+    const rssm_backend *be = p->backend;
+    if (!be->ops->pool_inplace_seconds)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "inplace: the %s backend has no in-place pass", be->name);
+    rssm_status st = be->ops->pool_inplace_seconds(be->ctx, p->dev, (size_t)p->capacity * p->layout.slot_bytes,
+                                                   reps, 0u, seconds, err);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
+}
+
+rssm_status rssm_pool_inplace_seconds(rssm_pool *p, uint32_t reps, double *seconds, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(p, pool_inplace_seconds_unlocked(p, reps, seconds, err));
+}
+
 rssm_status rssm_pool_alloc(rssm_pool *p, uint32_t *slot, rssm_error *err)
 {
     RSSM_POOL_LOCKED(p, pool_alloc_unlocked(p, slot, err));

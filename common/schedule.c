@@ -57,6 +57,35 @@ static rssm_status pool_plan_unlocked(const rssm_pool *p, uint32_t rows, const u
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
+rssm_status rssm_plan_check(const rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
+                            const char *who, rssm_error *err)
+{
+    const uint32_t L = rssm_effective_ring_len(&p->model);
+    uint8_t *seen = calloc(p->capacity, 1);
+    if (!seen)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "%s: out of host memory", who);
+    rssm_status st = RSSM_OK;
+    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
+        const rssm_row_plan *row = &plan[r];
+        if ((st = check_row_slot(p, seen, row->slot, who, err)) != RSSM_OK)
+            break;
+        if (committing && row->write_pos != p->write_pos[row->slot])
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                "%s: row %u was planned at write_pos %u but slot %u is at %u", who, r,
+                                row->write_pos, row->slot, p->write_pos[row->slot]);
+        else if (row->write_pos >= L)
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: row %u has write_pos %u; the ring holds %u steps",
+                                who, r, row->write_pos, L);
+        else if (row->is_flush != (uint32_t)(row->write_pos == L - 1 || row->force))
+            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                "%s: row %u has is_flush %u, but write_pos %u and force %u say %u", who, r,
+                                row->is_flush, row->write_pos, row->force,
+                                (uint32_t)(row->write_pos == L - 1 || row->force));
+    }
+    free(seen);
+    return st;
+}
+
 static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
 {
     if (!p || !plan)
@@ -65,28 +94,10 @@ static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: rows must be > 0");
     /* Check every row before changing anything, so a bad plan leaves the
      * pool as it was. */
-    const uint32_t L = rssm_effective_ring_len(&p->model);
-    uint8_t *seen = calloc(p->capacity, 1);
-    if (!seen)
-        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "commit: out of host memory");
-    rssm_status st = RSSM_OK;
-    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
-        const rssm_row_plan *row = &plan[r];
-        if ((st = check_row_slot(p, seen, row->slot, "commit", err)) != RSSM_OK)
-            break;
-        if (row->write_pos != p->write_pos[row->slot])
-            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                "commit: row %u was planned at write_pos %u but slot %u is at %u", r, row->write_pos,
-                                row->slot, p->write_pos[row->slot]);
-        else if (row->is_flush != (uint32_t)(row->write_pos == L - 1 || row->force))
-            st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                "commit: row %u has is_flush %u, but write_pos %u and force %u say %u", r,
-                                row->is_flush, row->write_pos, row->force,
-                                (uint32_t)(row->write_pos == L - 1 || row->force));
-    }
-    free(seen);
+    rssm_status st = rssm_plan_check(p, rows, plan, 1, "commit", err);
     if (st != RSSM_OK)
         return st;
+    const uint32_t L = rssm_effective_ring_len(&p->model);
     for (uint32_t r = 0; r < rows; r++) {
         const uint32_t s = plan[r].slot;
         if (plan[r].is_flush) {

@@ -15,6 +15,7 @@
 extern "C" {
 #include "backend.h"
 #include "error.h"
+#include "timing.h"
 }
 
 #include <cuda_runtime.h>
@@ -461,51 +462,138 @@ double cuda_batch_last_run_seconds(void *ctx, void *batch)
     return static_cast<const CudaBatch *>(batch)->last_seconds;
 }
 
-/* Median of timed device-to-device copies, counting bytes read + written. */
-rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error *err)
+/* Median device seconds of `reps` event-timed runs of `launch` on the
+ * context's stream, after one untimed run. */
+template <typename Launch>
+rssm_status median_seconds(CudaCtx *c, uint32_t reps, double *seconds, rssm_error *err, const char *what,
+                           Launch launch)
 {
-    CudaCtx *c = static_cast<CudaCtx *>(ctx);
-    enum { REPEATS = 9 };
-    void *src = NULL, *dst = NULL;
+    double *t = static_cast<double *>(malloc(reps * sizeof *t));
+    if (!t)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: out of host memory");
     cudaEvent_t e0 = NULL, e1 = NULL;
-    float t[REPEATS];
-    cudaError_t e = cudaMalloc(&src, bytes);
-    if (e == cudaSuccess)
-        e = cudaMalloc(&dst, bytes);
-    if (e == cudaSuccess)
-        e = cudaMemsetAsync(src, 0x5a, bytes, c->stream);
-    if (e == cudaSuccess)
-        e = cudaEventCreate(&e0);
+    cudaError_t e = cudaEventCreate(&e0);
     if (e == cudaSuccess)
         e = cudaEventCreate(&e1);
-    if (e == cudaSuccess)
-        e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream); /* warm-up */
-    for (int i = 0; i < REPEATS && e == cudaSuccess; ++i) {
+    for (uint32_t r = 0; r <= reps && e == cudaSuccess; ++r) {
         e = cudaEventRecord(e0, c->stream);
         if (e == cudaSuccess)
-            e = cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream);
+            e = launch();
         if (e == cudaSuccess)
             e = cudaEventRecord(e1, c->stream);
         if (e == cudaSuccess)
             e = cudaEventSynchronize(e1);
+        float ms = 0.0f;
         if (e == cudaSuccess)
-            e = cudaEventElapsedTime(&t[i], e0, e1);
+            e = cudaEventElapsedTime(&ms, e0, e1);
+        if (r > 0) /* the first run is the untimed one */
+            t[r - 1] = (double)ms * 1e-3;
     }
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
+    if (e == cudaSuccess)
+        *seconds = rssm_median(t, reps);
+    free(t);
+    return e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, what);
+}
+
+/* The program is one CUDA graph of every layer of every step, each step
+ * reading its own copy of the header (docs/design.md §7: what is timed is a
+ * whole ring cycle as the engine would replay it, launch gaps included). */
+rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
+                                  const rssm_row_header *hdr, uint32_t reps, double *seconds, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    const rssm_kernel_params &p = b->params;
+    const size_t stride = (b->header_bytes + 255) / 256 * 256; /* keeps each copy 16-byte aligned */
+    unsigned char *host = static_cast<unsigned char *>(calloc(steps, stride));
+    if (!host)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: out of host memory");
+    for (uint32_t s = 0; s < steps; ++s) {
+        uint32_t *words = reinterpret_cast<uint32_t *>(host + s * stride);
+        words[RSSM_HEADER_ROWS] = rows;
+        memcpy(words + RSSM_HEADER_WORDS, hdr + (size_t)s * rows, rows * sizeof(rssm_row_header));
+    }
+    unsigned char *dev = NULL;
+    cudaGraph_t graph = NULL;
+    cudaGraphExec_t exec = NULL;
+    cudaError_t e = cudaMalloc(reinterpret_cast<void **>(&dev), steps * stride);
+    if (e == cudaSuccess)
+        e = cudaMemcpy(dev, host, steps * stride, cudaMemcpyHostToDevice);
+    if (e == cudaSuccess)
+        e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
+    if (e == cudaSuccess) {
+        rssm_cuda_buffers buf = b->buf;
+        for (uint32_t s = 0; s < steps && e == cudaSuccess; ++s) {
+            buf.header = reinterpret_cast<const uint32_t *>(dev + s * stride);
+            for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l)
+                e = rssm_cuda_launch_layer(&p, &buf, &b->plan, l, c->stream);
+        }
+        const cudaError_t end = cudaStreamEndCapture(c->stream, &graph);
+        if (e == cudaSuccess)
+            e = end;
+    }
+    if (e == cudaSuccess)
+        e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e == cudaSuccess)
+        e = cudaGraphUpload(exec, c->stream);
+    free(host);
+    rssm_status st = e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, "recording the timed program");
+    if (st == RSSM_OK)
+        st = median_seconds(c, reps, seconds, err, "running the timed program",
+                            [&] { return cudaGraphLaunch(exec, c->stream); });
+    if (exec)
+        cudaGraphExecDestroy(exec);
+    if (graph)
+        cudaGraphDestroy(graph);
+    cudaStreamSynchronize(c->stream);
+    cudaFree(dev);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
+}
+
+/* The fastest launch shape's median in-place pass over the pool. */
+rssm_status cuda_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint32_t reps, uint32_t flip,
+                                      double *seconds, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaPool *p = static_cast<CudaPool *>(pool);
+    double best = 0.0;
+    for (uint32_t shape = 0; shape < RSSM_CUDA_INPLACE_SHAPES; ++shape) {
+        double t = 0.0;
+        const rssm_status st = median_seconds(c, reps, &t, err, "the in-place pass", [&] {
+            return rssm_cuda_inplace_pass(p->mem, bytes, shape, c->prop.multiProcessorCount, flip, c->stream);
+        });
+        if (st != RSSM_OK)
+            return st;
+        best = shape == 0 || t < best ? t : best;
+    }
+    *seconds = best;
+    return rssm_clear_error(err);
+}
+
+/* Median of timed device-to-device copies, counting bytes read + written. */
+rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    void *src = NULL, *dst = NULL;
+    cudaError_t e = cudaMalloc(&src, bytes);
+    if (e == cudaSuccess)
+        e = cudaMalloc(&dst, bytes);
+    if (e == cudaSuccess)
+        e = cudaMemsetAsync(src, 0x5a, bytes, c->stream);
+    rssm_status st = e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, "copy bandwidth");
+    double t = 0.0;
+    if (st == RSSM_OK)
+        st = median_seconds(c, 9, &t, err, "copy bandwidth",
+                            [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream); });
     cudaFree(src);
     cudaFree(dst);
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "copy bandwidth");
-    for (int i = 1; i < REPEATS; ++i) /* insertion sort: nine values */
-        for (int j = i; j > 0 && t[j] < t[j - 1]; --j) {
-            const float x = t[j];
-            t[j] = t[j - 1];
-            t[j - 1] = x;
-        }
-    *bps = 2.0 * (double)bytes / ((double)t[REPEATS / 2] * 1e-3);
+    if (st != RSSM_OK)
+        return st;
+    *bps = 2.0 * (double)bytes / t;
     return rssm_clear_error(err);
 }
 
@@ -530,7 +618,9 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_batch_run,
     cuda_batch_download,
     cuda_batch_last_run_seconds,
+    cuda_batch_time_steps,
     cuda_copy_bandwidth,
+    cuda_pool_inplace_seconds,
     /* matrix_dtype: the tensor-core flush splits its operands into hi + lo
      * halves (16-bit rings) or runs on FFMA (fp32 rings), so it rounds
      * nothing beyond the storage dtypes: fp32, the default. */

@@ -111,22 +111,6 @@ __device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t 
     }
 }
 
-__device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float &d3, uint32_t a0,
-                                         uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                         uint32_t b1, bool bf16)
-{
-    if (bf16)
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-    else
-        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
-                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
-                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
 /* ------------------------------------------------------ shared memory */
 
 /* Byte offsets in dynamic shared memory, computed on the host from the
@@ -523,15 +507,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 /* kg_j[c] split into hi + lo in the ring dtype, packed in pairs
                  * of consecutive j, zero for j >= n. */
                 auto bpair = [&](uint32_t j, uint32_t c, uint32_t &hi2, uint32_t &lo2) {
-                    hi2 = lo2 = 0;
-#pragma unroll
-                    for (int e = 0; e < 2; ++e) {
-                        const float x = (j + e < n) ? kF[(size_t)(j + e) * K + c] : 0.0f;
-                        const uint16_t hi = from_f<RT>(x);
-                        const uint16_t lo = from_f<RT>(x - to_f<RT>(hi));
-                        hi2 |= (uint32_t)hi << (16 * e);
-                        lo2 |= (uint32_t)lo << (16 * e);
-                    }
+                    split_pair<RT>(j < n ? kF[(size_t)j * K + c] : 0.0f,
+                                   j + 1u < n ? kF[(size_t)(j + 1u) * K + c] : 0.0f, hi2, lo2);
                 };
                 for (uint32_t ks = 0; ks < L.Jpad; ks += 16) {
                     const uint32_t j0 = ks + 2u * t4;

@@ -78,6 +78,37 @@ template <int ST, int CPT> struct StateVec {
     }
 };
 
+/* x0 and x1 as hi + lo in the 16-bit dtype DT, packed x0 low, x1 high (the
+ * order of consecutive k in an mma.sync operand register): hi rounds x, lo
+ * rounds what hi left, so hi + lo carries about twice the dtype's mantissa
+ * and a tensor-core product with an operand already in DT (a ring entry)
+ * rounds nothing beyond the storage dtypes (docs/design.md §8). */
+template <int DT> __device__ __forceinline__ void split_pair(float x0, float x1, uint32_t &hi, uint32_t &lo)
+{
+    const uint16_t h0 = from_f<DT>(x0), h1 = from_f<DT>(x1);
+    const uint16_t l0 = from_f<DT>(x0 - to_f<DT>(h0)), l1 = from_f<DT>(x1 - to_f<DT>(h1));
+    hi = (uint32_t)h0 | (uint32_t)h1 << 16;
+    lo = (uint32_t)l0 | (uint32_t)l1 << 16;
+}
+
+/* D += A B on the tensor cores, m16n8k16, fp32 accumulators, f16 or bf16
+ * operands (row-major A, column-major B: the PTX ISA's fragment layouts). */
+__device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float &d3, uint32_t a0,
+                                         uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
+                                         uint32_t b1, bool bf16)
+{
+    if (bf16)
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+    else
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 "
+                     "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                     : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
+                     : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
 __device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
 {
     return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];

@@ -2,10 +2,10 @@
  * The CUDA decode kernels as seen from the host: where a step's data lives,
  * how a launch is shaped, and one call that launches one layer of one step.
  *
- * The backend (cuda_backend.cu) records these launches into a CUDA graph;
- * the H200 benchmark (bench/h200/) records whole ring cycles of them with a
- * distinct step header per step. Both go through rssm_cuda_launch_layer, so
- * what is benchmarked is what the library runs.
+ * The backend (cuda_backend.cu) records these launches into a CUDA graph
+ * per batch, and for rssm_batch_time_steps (what `rssm bench` times) whole
+ * ring cycles of them with a distinct step header per step. Both go through
+ * rssm_cuda_launch_layer, so what is benchmarked is what the library runs.
  *
  * Host side is C linkage: the library `rssm` is a C library.
  */
@@ -128,6 +128,15 @@ int rssm_cuda_bulk_supported(const rssm_kernel_params *p);
 cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                   const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
+
+/* The in-place pass (inplace_kernel.cu): reads and writes back, every 32-bit
+ * word xored with `flip` (0 leaves the bytes as they were), every 16 bytes of `bytes` at
+ * `p`, in one of RSSM_CUDA_INPLACE_SHAPES launch shapes; the backend
+ * reports the fastest, so the bound is not flattered by a weak reference
+ * kernel. */
+#define RSSM_CUDA_INPLACE_SHAPES 4u
+cudaError_t rssm_cuda_inplace_pass(void *p, size_t bytes, uint32_t shape, int sm_count, uint32_t flip,
+                                   cudaStream_t stream);
 
 #ifdef __cplusplus
 }

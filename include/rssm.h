@@ -341,6 +341,31 @@ rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_er
 rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
                                         rssm_error *err);
 
+/* ------------------------------------------------------------- benchmarks */
+
+/* Times a program of `steps` steps of `rows` rows, recorded once as one
+ * device program (one CUDA graph, one Vulkan command buffer; the CPU runs
+ * the steps in a loop): it runs once untimed, then `reps` times, and
+ * *seconds is the median device time of one run of the whole program.
+ * Step s runs the rows plans[s * rows .. s * rows + rows - 1] on the inputs
+ * of the last rssm_batch_upload; each plan is checked as rssm_pool_commit
+ * checks one, except that its write_pos need not be the slot's own. The
+ * pool's write positions do not move: this measures, it does not decode,
+ * so a benchmark may repeat one ring position, and the slots' contents
+ * afterwards are unspecified. Afterwards rssm_batch_download reads the
+ * outputs of the program's last step. steps in 1..4096, reps in 1..1000. */
+rssm_status rssm_batch_time_steps(rssm_batch *b, uint32_t rows, uint32_t steps,
+                                  const rssm_row_plan *plans, uint32_t reps,
+                                  double *seconds, rssm_error *err);
+
+/* The in-place bound of a step that touches the whole pool: the median
+ * device time of `reps` passes (after one untimed) that each read every
+ * byte of the pool's memory and write it back unchanged, with the
+ * parallelism the kernels get. RSSM_ERR_UNSUPPORTED where a backend has no
+ * such pass. reps in 1..1000. */
+rssm_status rssm_pool_inplace_seconds(rssm_pool *p, uint32_t reps, double *seconds,
+                                      rssm_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -95,39 +95,17 @@ static void check_backend(const char *backend, rssm_gate_kind kind)
     free(st);
 }
 
+static void check_both_gates(const char *backend, void *arg)
+{
+    (void)arg;
+    check_backend(backend, RSSM_GATE_GDN);
+    check_backend(backend, RSSM_GATE_KDA);
+}
+
 static void test_every_backend(void **state)
 {
     (void)state;
-    int ran = 0;
-    rssm_backend *checked[16];
-    size_t nchecked = 0;
-    for (size_t i = 0; i < rssm_backend_name_count(); i++) {
-        const char *name = rssm_backend_name_at(i);
-        rssm_backend *b = NULL;
-        rssm_error err;
-        if (rssm_backend_create(name, &b, &err) != RSSM_OK) {
-            if (rh_backend_required(name))
-                fail_msg("backend %s is required here (RSSM_REQUIRE_BACKENDS): %s", name, err.message);
-            print_message("[  SKIP    ] %s: %s\n", name, err.message);
-            continue;
-        }
-        /* A name running the kernels of an earlier one is checked there. */
-        int dup = 0;
-        for (size_t j = 0; j < nchecked; j++)
-            dup |= rh_same_kernels(checked[j], b);
-        if (dup || nchecked == 16) {
-            rssm_backend_destroy(&b);
-            continue;
-        }
-        checked[nchecked++] = b;
-        check_backend(name, RSSM_GATE_GDN);
-        check_backend(name, RSSM_GATE_KDA);
-        print_message("[  OK      ] %s\n", name);
-        ran++;
-    }
-    for (size_t j = 0; j < nchecked; j++)
-        rssm_backend_destroy(&checked[j]);
-    assert_true(ran > 0);
+    assert_true(ts_each_backend(check_both_gates, NULL) > 0);
 }
 
 int main(void)

@@ -326,3 +326,36 @@ void ts_snapshot_free(ts_pool_snapshot *s)
     free(s->state);
     memset(s, 0, sizeof *s);
 }
+
+int ts_each_backend(void (*check)(const char *name, void *arg), void *arg)
+{
+    enum { MAX_CHECKED = 16 };
+    rssm_backend *checked[MAX_CHECKED];
+    size_t nchecked = 0;
+    int ran = 0;
+    for (size_t i = 0; i < rssm_backend_name_count(); i++) {
+        const char *name = rssm_backend_name_at(i);
+        rssm_backend *b = NULL;
+        rssm_error err;
+        if (rssm_backend_create(name, &b, &err) != RSSM_OK) {
+            if (rh_backend_required(name))
+                fail_msg("backend %s is required here (RSSM_REQUIRE_BACKENDS): %s", name, err.message);
+            print_message("[  SKIP    ] %s: %s\n", name, err.message);
+            continue;
+        }
+        int dup = 0;
+        for (size_t j = 0; j < nchecked; j++)
+            dup |= rh_same_kernels(checked[j], b);
+        if (dup || nchecked == MAX_CHECKED) {
+            rssm_backend_destroy(&b);
+            continue;
+        }
+        checked[nchecked++] = b;
+        check(name, arg);
+        print_message("[  OK      ] %s\n", name);
+        ran++;
+    }
+    for (size_t j = 0; j < nchecked; j++)
+        rssm_backend_destroy(&checked[j]);
+    return ran;
+}

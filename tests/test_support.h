@@ -101,6 +101,12 @@ void ts_inputs_random(ts_inputs *t, ts_rng *r);
  * dt_bias [layers][HV] or [layers][HV][K] in [-1, 1]. malloc'd. */
 void ts_random_gate_params(const rssm_model *m, ts_rng *r, float **A_log, float **dt_bias);
 
+/* Calls check(name, arg) once per distinct kernel set among the backends
+ * that start here (a name that runs the kernels of an earlier one is
+ * checked there), failing for a required backend that does not start
+ * (RSSM_REQUIRE_BACKENDS); returns how many it checked. */
+int ts_each_backend(void (*check)(const char *name, void *arg), void *arg);
+
 /* ------------------------------------------------------------ fixture */
 
 typedef struct ts_env {

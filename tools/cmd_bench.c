@@ -24,12 +24,16 @@ static void help(void)
            "\n"
            "Times the replay decode against the packed decode on one backend. Every\n"
            "configuration is first checked against the float64 oracle (a short trace with\n"
-           "a flush); one that fails is reported as 'incorrect' and not timed. Each timing\n"
-           "runs whole ring cycles (L consecutive steps, the flush included) with inputs\n"
-           "uploaded once, and sums the device time of each step. Enough layers are used\n"
-           "that the state touched per step exceeds --state-mib, so it is not cache-resident.\n"
-           "Copy bandwidth is measured in the same run; GB/s counts the bytes of the\n"
-           "traffic model in docs/bench.md.\n"
+           "a flush); one that fails is reported as 'incorrect' and not timed. A timing is\n"
+           "one whole ring cycle (L consecutive steps, the flush included; L steps of the\n"
+           "packed decode) recorded once as one device program (a CUDA graph, one Vulkan\n"
+           "command buffer), run once untimed and then --cycles times: the median, per\n"
+           "step. For uniform positions, the empty-ring, full-ring (n = L-2) and flush\n"
+           "steps are timed the same way, as programs of L steps at that position. Enough\n"
+           "layers are used that the state touched per step exceeds --state-mib, so it is\n"
+           "not cache-resident. Measured in the same run: the copy bandwidth, and the\n"
+           "in-place bound of each packed step (one pass that reads and writes back its\n"
+           "whole state pool). GB/s counts the bytes of the traffic model in docs/bench.md.\n"
            "\n"
            "options:\n"
            "  --backend NAME     backend to time (default auto)\n"
@@ -41,7 +45,7 @@ static void help(void)
            "  --io T             q/k/v/output dtype, fp32 or bf16 (default bf16)\n"
            "  --positions LIST   uniform, staggered (default both): rows all at one ring\n"
            "                     position, or spread by the RSSM_FLUSH_STAGGERED policy\n"
-           "  --cycles N         timed ring cycles per configuration (default 3)\n"
+           "  --cycles N         timed runs of each program; the median is reported (default 3)\n"
            "  --state-mib N      minimum state touched per step, MiB (default 64 on cpu,\n"
            "                     256 on a GPU)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
@@ -67,10 +71,11 @@ typedef struct bench_opts {
 
 /* What one timed configuration measured. */
 typedef struct timing {
-    double seconds, bytes;
+    double seconds, bytes;  /* one run of the program of `steps` steps */
     uint32_t steps, layers;
-    double pos_seconds[3]; /* empty ring, full ring (n = L-2), flush: uniform only */
-    uint32_t pos_count[3];
+    double pos_seconds[3];  /* per step: empty ring, full ring (n = L-2), flush;
+                               NAN unless measured (uniform replay only) */
+    double inplace_seconds; /* the in-place pass over the state (packed only), or NAN */
 } timing;
 
 typedef struct result_row {
@@ -195,14 +200,36 @@ static int inputs_make(host_inputs *h, const rssm_model *m, uint32_t rows, uint6
 
 /* ------------------------------------------------------------ timing */
 
-/* Runs `warm` untimed then `steps` timed consecutive steps of `rows` rows on
- * a fresh pool, summing the device time of each rssm_batch_run and the
- * traffic-model bytes of what the scheduler planned. */
-static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
-                              uint32_t warm, uint32_t steps, uint64_t seed, timing *t, rssm_error *err)
+static void timing_clear(timing *t)
 {
     memset(t, 0, sizeof *t);
+    t->inplace_seconds = NAN;
+    for (int i = 0; i < 3; i++)
+        t->pos_seconds[i] = NAN;
+}
+
+/* Plans one step of every row at ring position n (a benchmark's repeated
+ * position; n = L-1 is the flush). */
+static void plans_at(rssm_row_plan *plan, const uint32_t *slots, uint32_t rows, uint32_t n, uint32_t L)
+{
+    for (uint32_t i = 0; i < rows; i++)
+        plan[i] = (rssm_row_plan){.slot = slots[i], .write_pos = n, .force = 0, .is_flush = n + 1 == L};
+}
+
+/* Times, on a fresh pool of `rows` random slots, a program of `cycle_steps`
+ * consecutive steps (whole ring cycles, planned by the pool's scheduler
+ * after one cycle that brings a staggered pool to its steady state), and
+ * for `positions` the three programs of L steps at one ring position each.
+ * A packed model also gets the in-place pass over its pool, which is
+ * exactly the state a packed step reads and writes. Each program is
+ * recorded once and run 1 + reps times (rssm_batch_time_steps). */
+static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
+                              uint32_t cycle_steps, int positions, uint32_t reps, uint64_t seed, timing *t,
+                              rssm_error *err)
+{
+    timing_clear(t);
     t->layers = m->layers;
+    const uint32_t L = m->replay ? m->ring_len : 1;
     rssm_pool *pool = NULL;
     rssm_batch *batch = NULL;
     host_inputs in = {0};
@@ -210,7 +237,7 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
     float *state = malloc(state_n * sizeof(float));
     uint32_t *slots = malloc(rows * sizeof *slots);
     uint64_t *lens = malloc(rows * sizeof *lens);
-    rssm_row_plan *plan = malloc(rows * sizeof *plan);
+    rssm_row_plan *plan = malloc((size_t)(cycle_steps > L ? cycle_steps : L) * rows * sizeof *plan);
     rssm_status st = RSSM_OK;
     if (!state || !slots || !lens || !plan || !inputs_make(&in, m, rows, seed)) {
         st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
@@ -231,38 +258,37 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
     if ((st = rssm_batch_create(pool, rows, &batch, err)) != RSSM_OK ||
         (st = rssm_batch_upload(batch, rows, &in.in, err)) != RSSM_OK)
         goto done;
-    const uint32_t L = m->replay ? m->ring_len : 1;
-    for (uint32_t s = 0; s < warm + steps; s++) {
+    for (uint32_t s = 0; s < L + cycle_steps; s++) {
+        rssm_row_plan *p = plan + (size_t)(s < L ? 0 : s - L) * rows;
         for (uint32_t i = 0; i < rows; i++)
             lens[i]++;
-        if ((st = rssm_pool_plan(pool, rows, slots, lens, 0, plan, err)) != RSSM_OK ||
-            (st = rssm_batch_run(batch, rows, slots, lens, 0, err)) != RSSM_OK)
+        if ((st = rssm_pool_plan(pool, rows, slots, lens, 0, p, err)) != RSSM_OK ||
+            (st = rssm_pool_commit(pool, rows, p, err)) != RSSM_OK)
             goto done;
-        if (s < warm)
-            continue;
+    }
+    for (size_t i = 0; i < (size_t)cycle_steps * rows; i++)
+        t->bytes += rh_traffic_row_bytes(m, plan[i].write_pos, (int)plan[i].is_flush);
+    if ((st = rssm_batch_time_steps(batch, rows, cycle_steps, plan, reps, &t->seconds, err)) != RSSM_OK)
+        goto done;
+    t->steps = cycle_steps;
+    if (positions && L >= 2) {
+        const uint32_t at[3] = {0, L - 2, L - 1}; /* empty ring, full ring, flush */
+        for (int k = 0; k < 3; k++) {
+            for (uint32_t s = 0; s < L; s++)
+                plans_at(plan + (size_t)s * rows, slots, rows, at[k], L);
+            double sec;
+            if ((st = rssm_batch_time_steps(batch, rows, L, plan, reps, &sec, err)) != RSSM_OK)
+                goto done;
+            t->pos_seconds[k] = sec / L;
+        }
+    }
+    if (!m->replay) {
         double sec;
-        if ((st = rssm_batch_last_run_seconds(batch, &sec, err)) != RSSM_OK)
-            goto done;
-        double bytes = 0.0;
-        for (uint32_t i = 0; i < rows; i++)
-            bytes += rh_traffic_row_bytes(m, plan[i].write_pos, (int)plan[i].is_flush);
-        t->seconds += sec;
-        t->bytes += bytes;
-        t->steps++;
-        /* Per-position costs are meaningful when every row is at one position. */
-        uint32_t n = plan[0].write_pos;
-        if (plan[0].is_flush) {
-            t->pos_seconds[2] += sec;
-            t->pos_count[2]++;
-        }
-        if (!plan[0].is_flush && n == 0) {
-            t->pos_seconds[0] += sec;
-            t->pos_count[0]++;
-        }
-        if (!plan[0].is_flush && L >= 2 && n == L - 2) {
-            t->pos_seconds[1] += sec;
-            t->pos_count[1]++;
-        }
+        rssm_error ierr;
+        if (rssm_pool_inplace_seconds(pool, reps, &sec, &ierr) == RSSM_OK)
+            t->inplace_seconds = sec;
+        else if (ierr.status != RSSM_ERR_UNSUPPORTED)
+            st = rssm_set_error(err, ierr.status, "%s", ierr.message);
     }
 done:
     rssm_batch_destroy(&batch);
@@ -319,16 +345,14 @@ static uint32_t pick_layers(const rssm_model *m, uint32_t rows, double target)
 
 static double us_per_step(const timing *t) { return t->steps ? 1e6 * t->seconds / t->steps : NAN; }
 static double gbs(const timing *t) { return t->seconds > 0 ? t->bytes / t->seconds / 1e9 : NAN; }
-static double pos_us(const timing *t, int i)
-{
-    return t->pos_count[i] ? 1e6 * t->pos_seconds[i] / t->pos_count[i] : NAN;
-}
+static double inplace_us(const timing *t) { return 1e6 * t->inplace_seconds; }
+static double pos_us(const timing *t, int i) { return 1e6 * t->pos_seconds[i]; }
 
 static void print_table_header(void)
 {
-    printf("%-4s %-5s %3s %5s %-9s %6s | %10s %8s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s\n", "gate", "state",
-           "L", "batch", "positions", "layers", "packed us", "GB/s", "%copy", "replay us", "GB/s", "%copy",
-           "speedup", "empty", "full", "flush", "status");
+    printf("%-4s %-5s %3s %5s %-9s %6s | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s\n",
+           "gate", "state", "L", "batch", "positions", "layers", "packed us", "GB/s", "%copy", "inplace us",
+           "%inpl", "replay us", "GB/s", "%copy", "speedup", "empty", "full", "flush", "status");
 }
 
 static void fmt(char *buf, size_t n, const char *f, double x)
@@ -341,11 +365,13 @@ static void fmt(char *buf, size_t n, const char *f, double x)
 
 static void print_table_row(const result_row *r, double copy_bps)
 {
-    char pu[16], pg[16], pp[16], ru[16], rg[16], rp[16], sp[16], e[16], f[16], fl[16];
-    double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
+    char pu[16], pg[16], pp[16], iu[16], ip[16], ru[16], rg[16], rp[16], sp[16], e[16], f[16], fl[16];
+    double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay), ius = inplace_us(&r->packed);
     fmt(pu, sizeof pu, "%.1f", pus);
     fmt(pg, sizeof pg, "%.2f", gbs(&r->packed));
     fmt(pp, sizeof pp, "%.0f%%", 100.0 * gbs(&r->packed) * 1e9 / copy_bps);
+    fmt(iu, sizeof iu, "%.1f", ius);
+    fmt(ip, sizeof ip, "%.0f%%", 100.0 * ius / pus);
     fmt(ru, sizeof ru, "%.1f", rus);
     fmt(rg, sizeof rg, "%.2f", gbs(&r->replay));
     fmt(rp, sizeof rp, "%.0f%%", 100.0 * gbs(&r->replay) * 1e9 / copy_bps);
@@ -354,9 +380,9 @@ static void print_table_row(const result_row *r, double copy_bps)
     fmt(e, sizeof e, "%.2fx", pus / pos_us(&r->replay, 0));
     fmt(f, sizeof f, "%.2fx", pus / pos_us(&r->replay, 1));
     fmt(fl, sizeof fl, "%.2fx", pus / pos_us(&r->replay, 2));
-    printf("%-4s %-5s %3u %5u %-9s %6u | %10s %8s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s%s%s\n", r->gate,
-           r->state, r->L, r->batch, r->positions, r->layers, pu, pg, pp, ru, rg, rp, sp, e, f, fl, r->status,
-           r->note[0] ? ": " : "", r->note);
+    printf("%-4s %-5s %3u %5u %-9s %6u | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s%s%s\n",
+           r->gate, r->state, r->L, r->batch, r->positions, r->layers, pu, pg, pp, iu, ip, ru, rg, rp, sp, e, f,
+           fl, r->status, r->note[0] ? ": " : "", r->note);
     fflush(stdout);
 }
 
@@ -390,15 +416,15 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
         return 0;
     }
     fprintf(f, "backend,gate,state_dtype,ring_dtype,io_dtype,ring_len,batch,positions,layers,status,"
-               "packed_us,packed_gbs,packed_pct_copy,replay_us,replay_gbs,replay_pct_copy,speedup,"
+               "packed_us,packed_gbs,packed_pct_copy,inplace_us,replay_us,replay_gbs,replay_pct_copy,speedup,"
                "empty_us,full_us,flush_us,copy_gbs,note\n");
     for (size_t i = 0; i < n; i++) {
         const result_row *r = &rows[i];
         double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
-        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%s,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,\"%s\"\n",
+        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%s,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,\"%s\"\n",
                 backend, r->gate, r->state, rssm_dtype_name(o->ring_dtype), rssm_dtype_name(o->io_dtype), r->L,
                 r->batch, r->positions, r->layers, r->status, pus, gbs(&r->packed),
-                100.0 * gbs(&r->packed) * 1e9 / copy_bps, rus, gbs(&r->replay),
+                100.0 * gbs(&r->packed) * 1e9 / copy_bps, inplace_us(&r->packed), rus, gbs(&r->replay),
                 100.0 * gbs(&r->replay) * 1e9 / copy_bps, pus / rus, pos_us(&r->replay, 0), pos_us(&r->replay, 1),
                 pos_us(&r->replay, 2), copy_bps / 1e9, r->note);
     }
@@ -428,6 +454,7 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
         json_str(f, "note", r->note, 1);
         json_num(f, "packed_us", pus, 1);
         json_num(f, "packed_gbs", gbs(&r->packed), 1);
+        json_num(f, "inplace_us", inplace_us(&r->packed), 1);
         json_num(f, "replay_us", rus, 1);
         json_num(f, "replay_gbs", gbs(&r->replay), 1);
         json_num(f, "speedup", pus / rus, 1);
@@ -588,9 +615,11 @@ int cmd_bench(int argc, char **argv)
     }
     printf("backend %s (%s)\ncopy bandwidth %.2f GB/s over %u MiB buffers (read + write)\n", bname,
            rssm_backend_device(b), copy_bps / 1e9, o.state_mib);
-    printf("ring %s, io %s, %u timed cycle(s) per configuration, >= %u MiB of state per step\n"
-           "speedup = packed us / replay us (amortised over whole cycles); empty / full / flush =\n"
-           "packed us / replay us of the step with an empty ring, a full ring (n = L-2), and the flush\n\n",
+    printf("ring %s, io %s, median of %u timed run(s) per program, >= %u MiB of state per step\n"
+           "us are per step (all layers); inplace = one read + write of the packed state pool, %%inpl =\n"
+           "inplace / packed; speedup = packed us / replay us (amortised over whole cycles);\n"
+           "empty / full / flush = packed us / replay us of the step with an empty ring, a full ring\n"
+           "(n = L-2), and the flush\n\n",
            rssm_dtype_name(o.ring_dtype), rssm_dtype_name(o.io_dtype), o.cycles, o.state_mib);
     print_table_header();
 
@@ -614,13 +643,14 @@ int cmd_bench(int argc, char **argv)
                 /* The packed baseline, shared by every L and position mode. */
                 rssm_model packed = base;
                 packed.replay = 0;
-                timing pt = {0};
+                timing pt;
+                timing_clear(&pt);
                 const char *pstatus = "ok";
                 char pnote[512] = "";
                 rh_verdict v = verify(b, &packed, B, RSSM_FLUSH_ALIGNED, o.seed, pnote, sizeof pnote);
                 if (v != RH_PASS) {
                     pstatus = v == RH_SKIP ? "unsupported" : "incorrect";
-                } else if (time_model(b, &packed, B, RSSM_FLUSH_ALIGNED, 2, o.cycles * max_L, o.seed, &pt, &err) !=
+                } else if (time_model(b, &packed, B, RSSM_FLUSH_ALIGNED, max_L, 0, o.cycles, o.seed, &pt, &err) !=
                            RSSM_OK) {
                     pstatus = "error";
                     snprintf(pnote, sizeof pnote, "packed: %s", err.message);
@@ -638,22 +668,21 @@ int cmd_bench(int argc, char **argv)
                         r->batch = B;
                         r->layers = m.layers;
                         r->packed = pt;
+                        timing_clear(&r->replay);
                         r->status = pstatus;
                         snprintf(r->note, sizeof r->note, "%s", pnote);
                         if (strcmp(pstatus, "ok") == 0) {
                             v = verify(b, &m, B, pol, o.seed, r->note, sizeof r->note);
                             if (v != RH_PASS) {
                                 r->status = v == RH_SKIP ? "unsupported" : "incorrect";
-                            } else if (time_model(b, &m, B, pol, m.ring_len, o.cycles * m.ring_len, o.seed,
-                                                  &r->replay, &err) != RSSM_OK) {
+                            } else if (time_model(b, &m, B, pol, m.ring_len, o.positions[pi] == 0, o.cycles,
+                                                  o.seed, &r->replay, &err) != RSSM_OK) {
                                 r->status = "error";
                                 snprintf(r->note, sizeof r->note, "replay: %s", err.message);
                             }
                         }
                         if (strcmp(r->status, "ok") != 0 && strcmp(r->status, "unsupported") != 0)
                             failed = 1;
-                        if (o.positions[pi] == 1) /* rows sit at mixed positions: only the average means something */
-                            r->replay.pos_count[0] = r->replay.pos_count[1] = r->replay.pos_count[2] = 0;
                         print_table_row(r, copy_bps);
                     }
                 }

@@ -1,5 +1,5 @@
 /* The Vulkan backend's ops table: device, pool and slot transfers here;
- * batches in vk_batch.c. */
+ * batches in vk_batch.c, the benchmark entries in vk_bench.c. */
 #include "vk_internal.h"
 #include "error.h"
 
@@ -178,7 +178,9 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .batch_run = vk_batch_run,
     .batch_download = vk_batch_download,
     .batch_last_run_seconds = vk_batch_last_run_seconds,
+    .batch_time_steps = vk_batch_time_steps,
     .copy_bandwidth = vk_copy_bandwidth,
+    .pool_inplace_seconds = vk_pool_inplace_seconds,
     .matrix_dtype = vk_matrix_dtype,
     .kernels = vk_kernels_variant,
 };

@@ -2,7 +2,8 @@
  * header, and ONE command buffer recorded at creation that runs a whole step
  * (all layers, one dispatch). Every step resubmits it unchanged; what
  * changes between steps (row count, slots, write_pos, force) is in the
- * header buffer, which the host rewrites in place before each submit. */
+ * header buffer, which the host rewrites in place before each submit.
+ * (vk_bench.c records many steps into one command buffer, for timing.) */
 #include "vk_internal.h"
 #include "error.h"
 #include "dtype.h"
@@ -59,6 +60,46 @@ static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
     return st;
 }
 
+/* The pieces of a step's recording, shared with the timed programs of
+ * vk_bench.c so that a step there is recorded exactly as here. The two
+ * barriers also frame vk_bench.c's in-place pass. */
+
+void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb)
+{
+    /* Earlier uploads, slot writes and steps before this step's shaders.
+     * (Host writes to the header are visible by the submit itself.) */
+    VkMemoryBarrier before = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+    };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
+                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &before, 0, NULL, 0, NULL);
+}
+
+void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb)
+{
+    /* The step's writes to later copies (download, slot_read) and the host. */
+    VkMemoryBarrier after = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT,
+    };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                 VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &after, 0,
+                                 NULL, 0, NULL);
+}
+
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set)
+{
+    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline);
+    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline_layout, 0, 1, &set, 0, NULL);
+    /* Constant for the batch's life: safe to bake into the recording. */
+    ctx->vk.vkCmdPushConstants(cb, b->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->params,
+                               &b->params);
+    ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads, b->params.max_rows, b->params.layers);
+}
+
 static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandBufferAllocateInfo *ai,
                                       rssm_error *err)
 {
@@ -72,37 +113,83 @@ static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandB
     VkCommandBuffer cb = b->step_cmd;
     if (b->queries)
         ctx->vk.vkCmdResetQueryPool(cb, b->queries, 0, 2);
-    /* Earlier uploads, slot writes and steps before this step's shaders.
-     * (Host writes to the header are visible by the submit itself.) */
-    VkMemoryBarrier before = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT | VK_ACCESS_TRANSFER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-    };
-    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT | VK_PIPELINE_STAGE_TRANSFER_BIT,
-                                 VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1, &before, 0, NULL, 0, NULL);
+    vk_cmd_barrier_before_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
-    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline);
-    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline_layout, 0, 1, &b->set, 0, NULL);
-    /* Constant for the batch's life: safe to bake into the recording. */
-    ctx->vk.vkCmdPushConstants(cb, b->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->params,
-                               &b->params);
-    ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads, b->params.max_rows, b->params.layers);
-    /* The step's writes to later copies (download, slot_read) and the host. */
-    VkMemoryBarrier after = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_TRANSFER_READ_BIT | VK_ACCESS_HOST_READ_BIT,
-    };
-    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                 VK_PIPELINE_STAGE_TRANSFER_BIT | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &after, 0,
-                                 NULL, 0, NULL);
+    vk_batch_cmd_step(ctx, b, cb, b->set);
+    vk_cmd_barrier_after_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
     if ((r = ctx->vk.vkEndCommandBuffer(cb)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkEndCommandBuffer", err);
     return RSSM_OK;
+}
+
+rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,
+                                 VkDescriptorSet *sets, rssm_error *err)
+{
+    *pool = VK_NULL_HANDLE;
+    VkDescriptorSetLayout *layouts = malloc(count * sizeof *layouts);
+    if (!layouts)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    for (uint32_t i = 0; i < count; i++)
+        layouts[i] = b->set_layout;
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = count * BIND_COUNT};
+    VkDescriptorPoolCreateInfo dpci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
+        .maxSets = count,
+        .poolSizeCount = 1,
+        .pPoolSizes = &ps,
+    };
+    rssm_status st = RSSM_OK;
+    VkResult r = ctx->vk.vkCreateDescriptorPool(ctx->device, &dpci, NULL, pool);
+    if (r != VK_SUCCESS) {
+        *pool = VK_NULL_HANDLE;
+        st = vk_fail(ctx, r, "vkCreateDescriptorPool", err);
+    } else {
+        VkDescriptorSetAllocateInfo sai = {
+            .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
+            .descriptorPool = *pool,
+            .descriptorSetCount = count,
+            .pSetLayouts = layouts,
+        };
+        if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, sets)) != VK_SUCCESS)
+            st = vk_fail(ctx, r, "vkAllocateDescriptorSets", err);
+    }
+    free(layouts);
+    return st;
+}
+
+/* The one list of what each binding sees: the batch's own set and a timed
+ * program's per-step sets differ only in where the header is. */
+void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, VkBuffer header,
+                         VkDeviceSize header_offset, VkDeviceSize header_range)
+{
+    const vk_io_layout *io = &b->io;
+    const VkDeviceSize L = b->params.layers;
+    VkDescriptorBufferInfo info[BIND_COUNT] = {
+        [BIND_POOL] = {b->pool->pool.buffer, 0, VK_WHOLE_SIZE},
+        [BIND_HEADER] = {header, header_offset, header_range},
+        [BIND_Q] = {b->io_dev.buffer, io->q, L * io->q_bytes},
+        [BIND_K] = {b->io_dev.buffer, io->k, L * io->q_bytes},
+        [BIND_V] = {b->io_dev.buffer, io->v, L * io->v_bytes},
+        [BIND_GATE] = {b->io_dev.buffer, io->gate, L * io->gate_bytes},
+        [BIND_BETA] = {b->io_dev.buffer, io->beta, L * io->beta_bytes},
+        [BIND_A_LOG] = {b->io_dev.buffer, io->a_log, L * io->a_log_bytes},
+        [BIND_DT_BIAS] = {b->io_dev.buffer, io->dt_bias, L * io->dt_bias_bytes},
+        [BIND_OUT] = {b->io_dev.buffer, io->out, L * io->v_bytes},
+    };
+    VkWriteDescriptorSet w[BIND_COUNT];
+    for (uint32_t i = 0; i < BIND_COUNT; i++)
+        w[i] = (VkWriteDescriptorSet){
+            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+            .dstSet = set,
+            .dstBinding = i,
+            .descriptorCount = 1,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = &info[i],
+        };
+    ctx->vk.vkUpdateDescriptorSets(ctx->device, BIND_COUNT, w, 0, NULL);
 }
 
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
@@ -133,49 +220,10 @@ static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
     };
     if ((r = ctx->vk.vkCreatePipelineLayout(ctx->device, &plci, NULL, &b->pipeline_layout)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkCreatePipelineLayout", err);
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = BIND_COUNT};
-    VkDescriptorPoolCreateInfo dpci = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-        .maxSets = 1,
-        .poolSizeCount = 1,
-        .pPoolSizes = &ps,
-    };
-    if ((r = ctx->vk.vkCreateDescriptorPool(ctx->device, &dpci, NULL, &b->descriptor_pool)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreateDescriptorPool", err);
-    VkDescriptorSetAllocateInfo sai = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
-        .descriptorPool = b->descriptor_pool,
-        .descriptorSetCount = 1,
-        .pSetLayouts = &b->set_layout,
-    };
-    if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, &b->set)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkAllocateDescriptorSets", err);
-
-    const vk_io_layout *io = &b->io;
-    const VkDeviceSize L = b->params.layers;
-    VkDescriptorBufferInfo info[BIND_COUNT] = {
-        [BIND_POOL] = {b->pool->pool.buffer, 0, VK_WHOLE_SIZE},
-        [BIND_HEADER] = {b->header.buffer, 0, VK_WHOLE_SIZE},
-        [BIND_Q] = {b->io_dev.buffer, io->q, L * io->q_bytes},
-        [BIND_K] = {b->io_dev.buffer, io->k, L * io->q_bytes},
-        [BIND_V] = {b->io_dev.buffer, io->v, L * io->v_bytes},
-        [BIND_GATE] = {b->io_dev.buffer, io->gate, L * io->gate_bytes},
-        [BIND_BETA] = {b->io_dev.buffer, io->beta, L * io->beta_bytes},
-        [BIND_A_LOG] = {b->io_dev.buffer, io->a_log, L * io->a_log_bytes},
-        [BIND_DT_BIAS] = {b->io_dev.buffer, io->dt_bias, L * io->dt_bias_bytes},
-        [BIND_OUT] = {b->io_dev.buffer, io->out, L * io->v_bytes},
-    };
-    VkWriteDescriptorSet w[BIND_COUNT];
-    for (uint32_t i = 0; i < BIND_COUNT; i++)
-        w[i] = (VkWriteDescriptorSet){
-            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-            .dstSet = b->set,
-            .dstBinding = i,
-            .descriptorCount = 1,
-            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &info[i],
-        };
-    ctx->vk.vkUpdateDescriptorSets(ctx->device, BIND_COUNT, w, 0, NULL);
+    rssm_status st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
+    if (st != RSSM_OK)
+        return st;
+    vk_batch_sets_write(ctx, b, b->set, b->header.buffer, 0, VK_WHOLE_SIZE);
     return RSSM_OK;
 }
 

@@ -160,7 +160,8 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m);
 rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout,
                                VkPipeline *out, rssm_error *err);
 
-/* ---- vk_shaders.c: the SPIR-V words built from shaders/decode.comp */
+/* ---- vk_shaders.c: the SPIR-V words built from shaders/decode.comp and
+ * shaders/inplace.comp */
 typedef struct vk_spirv {
     const char *name;
     const uint32_t *words;
@@ -170,6 +171,7 @@ extern const vk_spirv vk_spirv_decode_packed;
 extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
+extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 
 /* ---- vk_batch.c */
 rssm_status vk_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,
@@ -183,5 +185,27 @@ rssm_status vk_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_h
                          rssm_error *err);
 rssm_status vk_batch_download(void *ctx, void *batch, uint32_t rows, void *out, rssm_error *err);
 double vk_batch_last_run_seconds(void *ctx, void *batch);
+/* What vk_bench.c records a step with, so that its programs run a step
+ * exactly as the batch's own command buffer does. */
+/* Earlier shader and transfer writes before the compute shaders that follow. */
+void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* The shaders' writes to later transfers and the host. */
+void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* Binds the batch's pipeline and `set`, pushes its parameters, dispatches one step. */
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set);
+/* A descriptor pool (*pool; VK_NULL_HANDLE when its creation fails) with
+ * `count` sets of the batch's set layout, allocated into sets[0..count-1]. */
+rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,
+                                 VkDescriptorSet *sets, rssm_error *err);
+/* Points `set` at the batch's buffers, its header binding at
+ * [header_offset, header_offset + header_range) of `header`. */
+void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, VkBuffer header,
+                         VkDeviceSize header_offset, VkDeviceSize header_range);
+
+/* ---- vk_bench.c: the benchmark entries (docs/design.md §7) */
+rssm_status vk_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
+                                const rssm_row_header *hdr, uint32_t reps, double *seconds, rssm_error *err);
+rssm_status vk_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint32_t reps, uint32_t flip,
+                                    double *seconds, rssm_error *err);
 
 #endif

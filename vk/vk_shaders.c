@@ -1,5 +1,6 @@
-/* The SPIR-V modules built from shaders/decode.comp by vk/CMakeLists.txt
- * (glslc / glslangValidator word lists, validated with spirv-val). */
+/* The SPIR-V modules built from shaders/decode.comp and shaders/inplace.comp
+ * by vk/CMakeLists.txt (glslc / glslangValidator word lists, validated with
+ * spirv-val). */
 #include "vk_internal.h"
 
 static const uint32_t decode_packed_words[] = {
@@ -16,6 +17,11 @@ const vk_spirv vk_spirv_decode_packed = {"decode_packed", decode_packed_words, s
 const vk_spirv vk_spirv_decode_replay = {"decode_replay", decode_replay_words, sizeof decode_replay_words};
 const vk_spirv vk_spirv_decode_replay_cm_emu = {"decode_replay_cm_emu", decode_replay_cm_emu_words,
                                                 sizeof decode_replay_cm_emu_words};
+
+static const uint32_t inplace_words[] = {
+#include "inplace.inc"
+};
+const vk_spirv vk_spirv_inplace = {"inplace", inplace_words, sizeof inplace_words};
 
 #ifdef RSSM_VK_HAVE_CM_SPIRV
 static const uint32_t decode_replay_cm_words[] = {

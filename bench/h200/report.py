@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Turns the H200 benchmark JSON into a markdown table and a PNG plot.
+"""Turns the JSON of `rssm bench --backend cuda --out PREFIX` into the H200
+report: a markdown table with the targets, a summary and a PNG plot.
 
-usage: report.py RESULTS.json OUT_DIR
+usage: report.py PREFIX.json OUT_DIR
+Times become microseconds per step per layer (the unit of the published
+figures in docs/design.md §7): `rssm bench` reports per step of all layers.
 Writes OUT_DIR/h200_results.md, OUT_DIR/h200/summary.json (one object per
 configuration timed: backend, gate, state, batch, positions, ring_len,
 packed_us, replay_us, inplace_us, copy_gbs, empty_us, full_us, flush_us; null
@@ -60,7 +63,7 @@ def targets(rows):
         worst = min(seen, key=seen.get)
         out.append(("packed >= 95% of the in-place bound at batch >= 128 (fp32 and bf16)",
                     f"worst {seen[worst]:.1f}% ({' '.join(map(str, worst))})", seen[worst] >= 95))
-    uni = [r for r in fam if r["positions"] == "uniform" and r["batch"] >= 64]
+    uni = [r for r in fam if r["positions"] == "uniform" and r["batch"] >= 64 and r["flush_us"]]
     if uni:
         w = max(uni, key=lambda r: r["flush_us"] / r["packed_us"])
         out.append(("flush step <= 1.05x packed step (batch >= 64)",
@@ -73,13 +76,13 @@ def targets(rows):
     return out
 
 
-def summary(rows):
+def summary(rows, backend):
     """bench/results/h200/summary.json: one object per configuration timed."""
     out = []
     for r in rows:
         uni = r["positions"] == "uniform"
         out.append({
-            "backend": "cuda", "gate": r["kind"], "state": r["state"], "batch": r["batch"],
+            "backend": backend, "gate": r["kind"], "state": r["state"], "batch": r["batch"],
             "positions": r["positions"], "ring_len": r["L"], "packed_us": r["packed_us"],
             "replay_us": r["us_per_step"], "inplace_us": r.get("inplace_us"),
             "copy_gbs": r.get("copy_gbps"),
@@ -90,61 +93,54 @@ def summary(rows):
     return out
 
 
-def compare(rows):
-    """Old (the previous choice of kernels, old_* fields) against new (the
-    library's choice) for the packed decode and for replay at L = 16, uniform
-    positions: times, % of copy bandwidth, ratios, per-position costs."""
-    if not rows or not rows[0].get("old_us_per_step"):
-        return []
-    out = [
-        "Times in microseconds per step per layer, new / old: new = the library's choice (the bulk kernel "
-        "once the batch gives every SM a (row, value head), i.e. batch >= 5 at HV = 32; the stream kernels "
-        "below), old = the previous choice (stream kernels for replay; for packed, the stream kernel at "
-        "batch 1 and the pipeline kernel above). `packed stream` = the packed stream kernel at every batch. "
-        "Replay: L = 16, fp16 ring, uniform positions; `stag` = the staggered-position ratio.",
-        "",
-        "| kind | state | batch | packed us | packed % copy | packed stream us (% copy) | replay us | ratio "
-        "| stag ratio | empty us | full us | flush us | full/empty | flush/packed |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
-    stag = {(r["kind"], r["state"], r["ring"], r["L"], r["batch"]): r for r in rows
-            if r["positions"] == "staggered"}
-    for r in rows:
-        if r["positions"] != "uniform" or r["L"] != 16 or r["ring"] != "fp16":
+def normalise(data):
+    """The rows of `rssm bench`, per layer, under the names used here; rows
+    that were not timed (status other than ok) are left out and returned
+    apart."""
+    rows, untimed = [], []
+    copy = data["copy_gbs"]
+    for r in data["rows"]:
+        if r["status"] != "ok":
+            untimed.append(r)
             continue
-        sr = stag.get((r["kind"], r["state"], r["ring"], r["L"], r["batch"]))
+        n = r["layers"]
 
-        def pair(new, old, fmt="{:.1f}"):
-            return f"{fmt.format(new)} / {fmt.format(old)}"
-        out.append(
-            f"| {r['kind']} | {r['state']} | {r['batch']} "
-            f"| {pair(r['packed_us'], r['old_packed_us'])} "
-            f"| {pair(r['packed_pct_copy_bw'], r['old_packed_pct_copy_bw'])} "
-            f"| {r['stream_packed_us']:.1f} ({r['stream_packed_pct_copy_bw']:.1f}%) "
-            f"| {pair(r['us_per_step'], r['old_us_per_step'])} "
-            f"| {pair(r['replay_over_packed'], r['old_replay_over_packed'], '{:.2f}')} "
-            f"| {pair(sr['replay_over_packed'], sr['old_replay_over_packed'], '{:.2f}') if sr else '-'} "
-            f"| {pair(r['empty_ring_us'], r['old_empty_ring_us'])} "
-            f"| {pair(r['full_ring_us'], r['old_full_ring_us'])} "
-            f"| {pair(r['flush_us'], r['old_flush_us'])} "
-            f"| {pair(r['full_ring_us'] / r['empty_ring_us'], r['old_full_ring_us'] / r['old_empty_ring_us'], '{:.2f}')} "
-            f"| {pair(r['flush_us'] / r['packed_us'], r['old_flush_us'] / r['old_packed_us'], '{:.2f}')} |")
-    return out
+        def per_layer(key):
+            v = r.get(key)
+            return None if v is None else v / n
+        rows.append({
+            "kind": r["gate"], "state": r["state_dtype"], "ring": data["ring_dtype"], "L": r["ring_len"],
+            "batch": r["batch"], "positions": r["positions"], "layers": n,
+            "us_per_step": per_layer("replay_us"), "packed_us": per_layer("packed_us"),
+            "inplace_us": per_layer("inplace_us"), "gbps": r["replay_gbs"],
+            "pct_copy_bw": 100.0 * r["replay_gbs"] / copy, "packed_pct_copy_bw": 100.0 * r["packed_gbs"] / copy,
+            "replay_over_packed": r["speedup"], "empty_ring_us": per_layer("empty_us"),
+            "full_ring_us": per_layer("full_us"), "flush_us": per_layer("flush_us"), "copy_gbps": copy,
+        })
+    return rows, untimed
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
 
 
 def main():
     src, out_dir = sys.argv[1], sys.argv[2]
     with open(src) as f:
         data = json.load(f)
-    rows = data["rows"]
+    rows, untimed = normalise(data)
     lines = [
         f"# rssm CUDA decode on {data['device']}",
         "",
-        f"Copy bandwidth (device-to-device, read + write) measured in the same run: "
-        f"**{data['copy_bandwidth_gbps']:.0f} GB/s**"
-        + (f"; read-only reference (a plain 16-byte-load kernel over 2 GiB): "
-           f"**{data['read_bandwidth_gbps']:.0f} GB/s**" if "read_bandwidth_gbps" in data else "")
-        + f". {data['method']}.",
+        f"From `rssm bench --backend {data['backend']}` (docs/design.md §7): each timing is one recorded device "
+        f"program (a CUDA graph) of a whole ring cycle, median of {data['cycles']} runs after one untimed, >= {data['state_mib']} MiB of "
+        f"state per step, random inputs; ring {data['ring_dtype']}, io {data['io_dtype']}. Copy bandwidth "
+        f"(device-to-device, read + write) measured in the same run: **{data['copy_gbs']:.0f} GB/s**; "
+        f"`in-place` = one pass that reads and writes back the packed step's whole state pool, same run.",
         "",
         "## Targets",
         "",
@@ -167,26 +163,26 @@ def main():
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
+        pct_inplace = ratio(r["inplace_us"], r["packed_us"])
         lines.append(
             f"| {r['kind']} | {r['state']} | {r['ring']} | {r['L']} | {r['batch']} | {r['positions']} "
             f"| {r['layers']} | {r['us_per_step']:.2f} | {r['gbps']:.0f} | {r['pct_copy_bw']:.1f} "
-            f"| {r['packed_us']:.2f} | {r['packed_pct_copy_bw']:.1f} | {r.get('inplace_us', 0):.2f} "
-            f"| {100.0 * r.get('inplace_us', 0) / r['packed_us']:.1f} | {r['replay_over_packed']:.3f} "
-            f"| {r['empty_ring_us']:.2f} | {r['full_ring_us']:.2f} | {r['flush_us']:.2f} "
-            f"| {r['full_ring_us'] / r['empty_ring_us']:.3f} | {r['flush_us'] / r['packed_us']:.3f} |")
-    cmp = compare(rows)
-    if cmp:
-        lines += ["", "## The library's kernels vs the previous choice (same run, same setups)", ""] + cmp
+            f"| {r['packed_us']:.2f} | {r['packed_pct_copy_bw']:.1f} | {fmt(r['inplace_us'])} "
+            f"| {fmt(None if pct_inplace is None else 100 * pct_inplace, '{:.1f}')} | {r['replay_over_packed']:.3f} "
+            f"| {fmt(r['empty_ring_us'])} | {fmt(r['full_ring_us'])} | {fmt(r['flush_us'])} "
+            f"| {fmt(ratio(r['full_ring_us'], r['empty_ring_us']), '{:.3f}')} "
+            f"| {fmt(ratio(r['flush_us'], r['packed_us']), '{:.3f}')} |")
+    for r in untimed:
+        lines.append(f"\nnot timed: {r['gate']} {r['state_dtype']} L={r['ring_len']} B={r['batch']} "
+                     f"{r['positions']}: {r['status']} ({r['note']})")
     os.makedirs(os.path.join(out_dir, "h200"), exist_ok=True)
     with open(os.path.join(out_dir, "h200", "summary.json"), "w") as f:
-        json.dump(summary(rows), f, indent=1)
+        json.dump(summary(rows, data["backend"]), f, indent=1)
         f.write("\n")
     md = os.path.join(out_dir, "h200_results.md")
     with open(md, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines[:8 + len(targets(rows))]))
-    print()
-    print("\n".join(cmp))
 
     try:
         import matplotlib
@@ -222,7 +218,7 @@ def main():
     ax.set_xscale("log", base=2)
     ax.set_xlabel("batch")
     ax.set_ylabel("% of device copy bandwidth")
-    ax.set_title(f"packed decode bandwidth (copy = {data['copy_bandwidth_gbps']:.0f} GB/s)")
+    ax.set_title(f"packed decode bandwidth (copy = {data['copy_gbs']:.0f} GB/s)")
     ax.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(os.path.join(out_dir, "h200_results.png"), dpi=110)

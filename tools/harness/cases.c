@@ -11,6 +11,8 @@
  *   copy-on-write, materialise, export-import     pool operations mid-ring
  *   L1-equals-packed(-bf16)                       L = 1 replay == packed, bit for bit
  *   long-4096                                     4096 steps, error does not grow
+ *   shape-...                                     odd head sizes (K = 36, V = 20; K = 64, V = 48),
+ *                                                 L = 17 / 18, V = 256, 48 rows
  *   packed/...                                    the packed decode itself
  * Cases with a narrower dtype than fp32 say so in their name; all others use
  * fp32 state, ring and io, so the tight 1e-5 tolerance applies. */
@@ -63,6 +65,16 @@ static rh_case base_case(const char *preset, int replay, uint32_t ring_len, cons
     c.batch = o->batch ? o->batch : 4;
     c.policy = RSSM_FLUSH_ALIGNED;
     return c;
+}
+
+/* Heads and head sizes of a shape case (kept under --quick, which only
+ * thins the presets' heads). */
+static void set_shape(rh_case *c, uint32_t H, uint32_t HV, uint32_t K, uint32_t V)
+{
+    c->model.num_qk_heads = H;
+    c->model.num_v_heads = HV;
+    c->model.head_k = K;
+    c->model.head_v = V;
 }
 
 /* Step count, event positions and tolerance, once the model is final. */
@@ -189,6 +201,46 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
         ADD("long-4096", "replay");
         if (!o.steps)
             v[n - 1].steps = 4096;
+        /* Shapes at the edges of the device kernels' tilings: partial
+         * channel groups and row tiles (K = 36, V = 20, H != HV), a narrow
+         * KDA head, the longest ring a stream kernel takes (L = 17) and one
+         * past it, a wide value head, and enough rows that every persistent
+         * CTA walks several items. Small, so they cost little anywhere. */
+        c = base_case(p, 1, 8, &o);
+        set_shape(&c, 3, 6, 36, 20);
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD("shape-odd-fp16-ring", "replay");
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        ADD("shape-odd-bf16-state", "replay");
+        c = base_case(p, 1, 16, &o);
+        set_shape(&c, 2, 2, 64, 48);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.model.io_dtype = RSSM_DTYPE_BF16;
+        c.model.gate_mode = RSSM_GATE_RAW_SAFE;
+        ADD("shape-K64-V48-bf16", "replay");
+        c = base_case(p, 1, g ? 17 : 18, &o);
+        set_shape(&c, g ? 2 : 1, 4, 128, 128);
+        c.model.ring_dtype = RSSM_DTYPE_BF16;
+        c.model.gate_mode = RSSM_GATE_RAW;
+        ADD(g ? "shape-L17-bf16-ring" : "shape-L18-bf16-ring", "replay");
+        c = base_case(p, 1, 16, &o);
+        set_shape(&c, 1, 2, 128, 256);
+        ADD("shape-V256", "replay");
+        c = base_case(p, 1, 16, &o);
+        set_shape(&c, g ? 32 : 16, 32, 128, 128);
+        c.model.layers = 1;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.batch = 48;
+        ADD("shape-48-rows-fp16-ring", "replay");
+        if (!o.steps)
+            v[n - 1].steps = 34;
+        c = base_case(p, 0, 16, &o);
+        set_shape(&c, 3, 6, 36, 20);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        ADD("shape-odd-bf16-state", "packed");
         /* The packed decode itself. */
         c = base_case(p, 0, 16, &o);
         ADD("fp32", "packed");

@@ -1,0 +1,24 @@
+#define _POSIX_C_SOURCE 200809L
+#include "timing.h"
+
+#include <stdlib.h>
+#include <time.h>
+
+double rssm_now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int compare_doubles(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+double rssm_median(double *v, size_t n)
+{
+    qsort(v, n, sizeof v[0], compare_doubles);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
