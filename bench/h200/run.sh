@@ -8,7 +8,10 @@
 #
 # STAGES picks stages, run in the order given (default "build conform
 # sanitize bench"; also "profile": Nsight Compute on the batch-256 launches of
-# the planned kernels). VARIANTS: the CUDA variants to check (default all
+# the planned kernels, and "vulkan": the Vulkan backend on the same GPU, which
+# needs a CLI built with Vulkan on (CLI=..., built on Debian: the GPU machine
+# has no Vulkan headers or shader compiler) and the loader packages in .gl/,
+# see docs/h200.md). VARIANTS: the CUDA variants to check (default all
 # four); a variant that cannot run a case says so (SKIP). BENCH_ARGS replaces
 # the benchmark's sweep (default: GDN and KDA, fp32 and bf16 state, L = 16,
 # batch 1-512, both position modes, median of 5). Time limits in seconds:
@@ -120,6 +123,33 @@ stage_profile() {
   note "ncu profile: rc $? (profile.log)"
   grep -E "bulk|stream_|Duration|DRAM Throughput|Issue Slots Busy|Pipe|Achieved Occupancy|Warp Cycles Per Issued" \
     "$log" | head -80
+}
+
+# The Vulkan variants on the GPU: the loader and GL dispatch libraries from
+# the carried .deb files (the image has NVIDIA's Vulkan driver but no
+# loader), then conformance and the benchmark of each distinct kernel set.
+stage_vulkan() {
+  if ! ldconfig -p | grep -q libvulkan.so.1; then
+    for f in "$ROOT"/.gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+    ldconfig
+  fi
+  export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+  export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+  local log="$OUT_DIR/vulkan_conform.log"
+  if timeout "${CONFORM_TIMEOUT:-400}" "$CLI" conform --backend vulkan --backend vulkan:portable \
+      --backend vulkan:coopmat-emulated >"$log" 2>&1; then
+    note "rssm conform (Vulkan variants): $(tail -1 "$log")"
+  else
+    note "rssm conform (Vulkan variants) FAILED (rc $?): $(tail -1 "$log")"
+    grep -E " FAIL |no Vulkan" "$log" | head -20
+  fi
+  cp "$log" "$OUT_DIR/vulkan_conform.txt"
+  for v in vulkan vulkan:portable; do
+    # shellcheck disable=SC2086
+    timeout "${BENCH_TIMEOUT:-600}" "$CLI" bench --backend "$v" ${VULKAN_BENCH_ARGS:-$BENCH_ARGS} \
+      --out "$OUT_DIR/bench-${v/:/-}" >"$OUT_DIR/bench-${v/:/-}.txt" 2>&1
+    note "rssm bench --backend $v: rc $?"
+  done
 }
 
 for st in $STAGES; do "stage_$st"; done
