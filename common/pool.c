@@ -4,6 +4,7 @@
 #include "objects.h"
 #include "error.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -219,6 +220,19 @@ static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const 
     rssm_status st = rssm_pool_check_slot(p, slot, err);
     if (st != RSSM_OK)
         return st;
+    /* As import refuses non-finite bytes: a state is set once per prefill,
+     * so scanning it costs nothing next to what produced it. */
+    const rssm_model *m = &p->model;
+    const size_t per_head = (size_t)m->head_v * m->head_k, n = (size_t)m->layers * m->num_v_heads * per_head;
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(state[i])) {
+            const size_t h = i / per_head, r = i % per_head;
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "write_state: state[layer %zu][head %zu][%zu][%zu] = %g is not finite; "
+                                  "the slot is unchanged",
+                                  h / m->num_v_heads, h % m->num_v_heads, r / m->head_k, r % m->head_k,
+                                  (double)state[i]);
+        }
     rssm_slot_store(&p->model, &p->layout, p->scratch, state);
     if ((st = slot_write(p, slot, err)) != RSSM_OK)
         return st;

@@ -25,7 +25,8 @@
  * other row's outputs, no other slot, and no undefined behaviour, on every
  * backend. rssm_pool_import, which takes bytes from elsewhere, does check
  * content and refuses a non-finite state or ring entry or a positive
- * log-decay with RSSM_ERR_FORMAT.
+ * log-decay with RSSM_ERR_FORMAT; rssm_pool_write_state refuses a
+ * non-finite state with RSSM_ERR_INVALID_ARGUMENT.
  */
 #ifndef RSSM_H
 #define RSSM_H
@@ -245,7 +246,9 @@ rssm_status rssm_pool_write_pos(const rssm_pool *p, uint32_t slot, uint32_t *wri
 rssm_status rssm_pool_read_state(rssm_pool *p, uint32_t slot, float *state, rssm_error *err);
 
 /* Sets the state from fp32 [layers][HV][V][K] (rounded to the state dtype)
- * and empties the ring: what a prefill leaves behind. */
+ * and empties the ring: what a prefill leaves behind. A NaN or infinite
+ * element is RSSM_ERR_INVALID_ARGUMENT naming it, and the slot is
+ * unchanged. */
 rssm_status rssm_pool_write_state(rssm_pool *p, uint32_t slot, const float *state,
                                   rssm_error *err);
 
