@@ -71,9 +71,12 @@ typedef struct rssm_backend_ops {
     rssm_status (*batch_upload)(void *ctx, void *batch, uint32_t rows,
                                 const rssm_step_inputs *in, rssm_error *err);
     /* Refreshes the step header with `rows` entries and runs the recorded
-     * program; returns when the step is complete on the device. */
+     * program; returns when the step is complete on the device. When
+     * `overflow` is not NULL, overflow[r] is set to 1 for each header row r
+     * that found a finite ring entry its ring dtype cannot hold (the entry
+     * is left past write_pos, see docs/design.md §2) and to 0 otherwise. */
     rssm_status (*batch_run)(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
-                             rssm_error *err);
+                             uint32_t *overflow, rssm_error *err);
     /* Device outputs [layers][max_rows][HV][V] into host [layers][rows][HV][V]. */
     rssm_status (*batch_download)(void *ctx, void *batch, uint32_t rows, void *out,
                                   rssm_error *err);

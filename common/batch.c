@@ -21,8 +21,11 @@ rssm_status rssm_batch_create(rssm_pool *p, uint32_t max_rows, rssm_batch **out,
     b->max_rows = max_rows;
     b->plan = calloc(max_rows, sizeof *b->plan);
     b->header = calloc(max_rows, sizeof *b->header);
+    b->overflow = calloc(max_rows, sizeof *b->overflow);
+    b->rerun_plan = calloc(max_rows, sizeof *b->rerun_plan);
+    b->rerun_header = calloc(max_rows, sizeof *b->rerun_header);
     b->gate_params_set = calloc(p->model.layers, 1);
-    if (!b->plan || !b->header || !b->gate_params_set) {
+    if (!b->plan || !b->header || !b->overflow || !b->rerun_plan || !b->rerun_header || !b->gate_params_set) {
         rssm_batch_destroy(&b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "batch: out of host memory");
     }
@@ -48,6 +51,9 @@ void rssm_batch_destroy(rssm_batch **bp)
     rssm_pool_release(b->pool);
     free(b->plan);
     free(b->header);
+    free(b->overflow);
+    free(b->rerun_plan);
+    free(b->rerun_header);
     free(b->gate_params_set);
     free(b);
     *bp = NULL;
@@ -119,12 +125,41 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
         return st;
     for (uint32_t r = 0; r < rows; r++)
         b->header[r] = (rssm_row_header){
-            .slot = b->plan[r].slot, .write_pos = b->plan[r].write_pos, .force = b->plan[r].force};
+            .slot = b->plan[r].slot, .write_pos = b->plan[r].write_pos, .force = b->plan[r].force, .io = r};
     rssm_backend *be = b->pool->backend;
-    if ((st = be->ops->batch_run(be->ctx, b->dev, rows, b->header, err)) != RSSM_OK)
+    if ((st = be->ops->batch_run(be->ctx, b->dev, rows, b->header, b->overflow, err)) != RSSM_OK)
         return st;
+    b->last_seconds = be->ops->batch_last_run_seconds(be->ctx, b->dev);
+    /* Rows whose ring append overflowed its dtype run again, alone and
+     * forced to flush, which is exact (docs/design.md §2); the others are
+     * committed from this run. The plans are compacted in place: the kept
+     * rows to the front of b->plan, the re-run rows to b->rerun_plan. */
+    uint32_t kept = 0, again = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        if (b->overflow[r]) {
+            rssm_row_plan rp = b->plan[r];
+            rp.force = 1;
+            rp.is_flush = 1;
+            b->rerun_plan[again] = rp;
+            b->rerun_header[again++] =
+                (rssm_row_header){.slot = rp.slot, .write_pos = rp.write_pos, .force = 1, .io = r};
+        } else {
+            b->plan[kept++] = b->plan[r];
+        }
+    }
     b->run_rows = rows;
-    return rssm_pool_commit(b->pool, rows, b->plan, err);
+    if (kept > 0 && (st = rssm_pool_commit(b->pool, kept, b->plan, err)) != RSSM_OK)
+        return st;
+    if (again == 0)
+        return st;
+    if ((st = be->ops->batch_run(be->ctx, b->dev, again, b->rerun_header, b->overflow, err)) != RSSM_OK)
+        return st;
+    b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
+    for (uint32_t r = 0; r < again; r++)
+        if (b->overflow[r]) /* a flush appends nothing: this would be a kernel bug */
+            return rssm_set_error(err, RSSM_ERR_DEVICE, "run: slot %u overflowed its ring in a flush",
+                                  b->rerun_header[r].slot);
+    return rssm_pool_commit(b->pool, again, b->rerun_plan, err);
 }
 
 static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,
@@ -146,7 +181,8 @@ static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint3
     for (uint32_t s = 0; s < steps && st == RSSM_OK; s++)
         st = rssm_plan_check(b->pool, rows, plans + (size_t)s * rows, 0, "time_steps", err);
     for (size_t i = 0; i < n && st == RSSM_OK; i++)
-        hdr[i] = (rssm_row_header){.slot = plans[i].slot, .write_pos = plans[i].write_pos, .force = plans[i].force};
+        hdr[i] = (rssm_row_header){
+            .slot = plans[i].slot, .write_pos = plans[i].write_pos, .force = plans[i].force, .io = (uint32_t)(i % rows)};
     rssm_backend *be = b->pool->backend;
     if (st == RSSM_OK)
         st = be->ops->batch_time_steps(be->ctx, b->dev, rows, steps, hdr, reps, seconds, err);
@@ -189,7 +225,7 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds, rs
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: batch and seconds must not be NULL");
     if (b->run_rows == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: nothing has run on this batch yet");
-    *seconds = b->pool->backend->ops->batch_last_run_seconds(b->pool->backend->ctx, b->dev);
+    *seconds = b->last_seconds;
     return rssm_clear_error(err);
 }
 

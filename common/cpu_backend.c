@@ -55,6 +55,7 @@ typedef struct cpu_batch {
     rssm_row_header *header;      /* [max_rows], the rows of the current run */
     size_t *order;                /* [layers * max_rows]: (layer, row) pairs, flushing rows first */
     uint8_t *slot_seen;           /* [pool slots], to reject a slot named twice */
+    atomic_uint *overflow;        /* [max_rows], set by the kernels (cpu_kernels.h) */
     uint32_t rows;                /* rows of the current run */
     float *scratch;               /* one block per worker */
     size_t scratch_floats;        /* per worker, a multiple of CPU_ALIGN / 4 */
@@ -286,6 +287,7 @@ static void cpu_batch_destroy(void *ctx, void *batch)
     free(b->header);
     free(b->order);
     free(b->slot_seen);
+    free((void *)b->overflow);
     free(b->scratch);
     free(b);
 }
@@ -327,10 +329,11 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     b->header = calloc(p->max_rows, sizeof *b->header);
     b->order = calloc(lr, sizeof *b->order);
     b->slot_seen = calloc(b->pool->slots, 1);
+    b->overflow = calloc(p->max_rows, sizeof *b->overflow);
     b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
     if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
-        !b->header || !b->order || !b->slot_seen || !b->scratch) {
+        !b->header || !b->order || !b->slot_seen || !b->overflow || !b->scratch) {
         cpu_batch_destroy(ctx, b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
                               "cpu batch: could not allocate buffers for %u rows x %u layers",
@@ -416,7 +419,7 @@ static void run_item(void *ctx, size_t item, unsigned worker)
 }
 
 static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
-                                 rssm_error *err)
+                                 uint32_t *overflow, rssm_error *err)
 {
     cpu_ctx *c = ctx;
     cpu_batch *b = batch;
@@ -435,6 +438,9 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                   "row %u: write_pos %u is beyond the ring (L = %u)", r,
                                   hdr[r].write_pos, p->ring_len);
+        if (hdr[r].io >= p->max_rows)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "row %u: io row %u is beyond the batch's %u",
+                                  r, hdr[r].io, p->max_rows);
     }
     /* Two rows on one slot would race on its memory. */
     uint32_t dup = UINT32_MAX;
@@ -453,8 +459,11 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     run_args a = {
         .b = b,
         .io = {.q = b->q, .k = b->k, .v = b->v, .gate = b->gate, .beta = b->beta,
-               .A_log = b->A_log, .dt_bias = b->dt_bias, .out = b->out},
+               .A_log = b->A_log, .dt_bias = b->dt_bias, .out = b->out,
+               .overflow = overflow ? b->overflow : NULL},
     };
+    for (uint32_t r = 0; overflow && r < rows; r++)
+        atomic_store_explicit(&b->overflow[r], 0u, memory_order_relaxed);
     /* A flushing row costs several times a readout-only row (the rank-(n+1)
      * update is compute bound). Items are handed out in order, so the
      * flushing rows go first and the cheap ones fill in behind them: with
@@ -478,6 +487,8 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     const double t0 = rssm_now_seconds();
     rssm_thread_pool_for(c->threads, lrs * a.parts, run_item, &a);
     b->last_seconds = rssm_now_seconds() - t0;
+    for (uint32_t r = 0; overflow && r < rows; r++)
+        overflow[r] = atomic_load_explicit(&b->overflow[r], memory_order_relaxed);
     return rssm_clear_error(err);
 }
 
@@ -566,7 +577,7 @@ static rssm_status cpu_batch_time_steps(void *ctx, void *batch, uint32_t rows, u
     for (uint32_t r = 0; r <= reps && st == RSSM_OK; r++) {
         double sum = 0.0;
         for (uint32_t s = 0; s < steps && st == RSSM_OK; s++) {
-            st = cpu_batch_run(ctx, batch, rows, hdr + (size_t)s * rows, err);
+            st = cpu_batch_run(ctx, batch, rows, hdr + (size_t)s * rows, NULL, err);
             sum += b->last_seconds;
         }
         if (r > 0) /* the first run is the untimed one */

@@ -251,6 +251,19 @@ static inline void prefetch_bytes(const void *p, size_t bytes)
 #endif
 }
 
+/* 1 if a finite value of x[0..n) is one that ring dtype t rounds to
+ * infinity (docs/design.md §2: such a row is re-run as a flush). NaN and
+ * infinities were not finite to begin with and are carried as they are. */
+static inline int ring_overflows(uint32_t t, const float *x, uint32_t n)
+{
+    const float limit = t == RSSM_CODE_DTYPE_F16 ? RSSM_F16_OVERFLOW
+                        : t == RSSM_CODE_DTYPE_BF16 ? RSSM_BF16_OVERFLOW : INFINITY;
+    int over = 0;
+    for (uint32_t i = 0; i < n; i++)
+        over |= fabsf(x[i]) >= limit && !isinf(x[i]);
+    return over;
+}
+
 /* ============================================================ variants
  *
  * The body is compiled for the instruction set of the build flags (the
@@ -828,7 +841,7 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
     const int flush = !replay || n + 1 == p->ring_len || row->force != 0;
     const size_t io_size = dtype_bytes(p->io_dtype);
     const size_t ring_size = dtype_bytes(p->ring_dtype);
-    const size_t br = (size_t)layer * p->max_rows + row_index; /* [layer][row] */
+    const size_t br = (size_t)layer * p->max_rows + row->io; /* [layer][row] of the step arrays */
 
     scratch_map s;
     scratch_layout(p, scratch, &s);
@@ -1001,6 +1014,9 @@ static void step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rss
         if (hv % group == 0)
             store_f32(ring_k + (size_t)n * K * ring_size, k, p->ring_dtype, K);
         memcpy(ring_g + (size_t)n * gw, g, gw * sizeof(float));
+        if (io->overflow &&
+            (ring_overflows(p->ring_dtype, d, V) || (hv % group == 0 && ring_overflows(p->ring_dtype, k, K))))
+            atomic_store_explicit(&io->overflow[row_index], 1u, memory_order_relaxed);
     }
     store_f32((uint8_t *)io->out + (br * HV + hv) * V * io_size, o, p->io_dtype, V);
 }

@@ -20,6 +20,8 @@
 
 #include "rssm_layout.h"
 
+#include <stdatomic.h>
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -35,13 +37,16 @@ typedef struct rssm_cpu_step_io {
     const float *A_log;    /* [layers][HV] */
     const float *dt_bias;  /* [layers][HV] or [layers][HV][K] */
     void *out;             /* [layers][max_rows][HV][V] io dtype */
+    atomic_uint *overflow; /* [rows of the header], or NULL: set to 1 for a row
+                              whose ring append overflowed (docs/design.md §2) */
 } rssm_cpu_step_io;
 
 /* Floats of scratch one concurrent caller of rssm_cpu_step_head needs; each
  * thread passes its own block, 64-byte aligned. */
 size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p);
 
-/* Advances batch row `row_index` (header `row`) of layer `layer`, value head
+/* Advances header row `row_index` (header `row`, whose inputs and outputs are
+ * row row->io of the step arrays) of layer `layer`, value head
  * `hv`. Preconditions, checked by the caller: row->slot is inside the pool,
  * row->write_pos <= p->ring_cap (0 without replay). Calls for distinct
  * (row, hv) of one step may run concurrently: they write disjoint memory and

@@ -45,6 +45,10 @@ struct rssm_batch {
     rssm_kernel_params params;
     rssm_row_plan *plan;          /* [max_rows] */
     rssm_row_header *header;      /* [max_rows] */
+    uint32_t *overflow;           /* [max_rows], from the backend's run */
+    rssm_row_plan *rerun_plan;    /* [max_rows]: rows re-run as a flush */
+    rssm_row_header *rerun_header;/* [max_rows] */
+    double last_seconds;          /* device seconds of the last step, re-run included */
     uint8_t *gate_params_set;     /* [layers] */
     uint32_t uploaded_rows;       /* 0: nothing uploaded yet */
     uint32_t run_rows;            /* rows of the last successful run */

@@ -61,6 +61,9 @@
  * run of the recorded program: a word with the row count, three reserved
  * words, then RSSM_ROW_WORDS 32-bit words per row. Rows at or beyond
  * `rows` are idle. The kernel decides is_flush = write_pos == L-1 || force.
+ * A row reads its inputs from and writes its outputs to row `io` of the
+ * step arrays (the header row's own index unless a step re-runs some of
+ * its rows: docs/design.md §2).
  */
 #define RSSM_HEADER_ROWS 0u
 #define RSSM_HEADER_WORDS 4u
@@ -68,7 +71,13 @@
 #define RSSM_ROW_SLOT 0u
 #define RSSM_ROW_WRITE_POS 1u
 #define RSSM_ROW_FORCE 2u
-#define RSSM_ROW_RESERVED 3u
+#define RSSM_ROW_IO 3u
+
+/* The smallest magnitudes that fp16 and bf16 round (to nearest even) to
+ * infinity. A finite ring entry at or above its ring dtype's would be
+ * stored as inf: the kernels flag the row instead (docs/design.md §2). */
+#define RSSM_F16_OVERFLOW 65520.0f
+#define RSSM_BF16_OVERFLOW 3.3961883e38f
 #define RSSM_HEADER_BYTES(max_rows) (4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (max_rows)))
 
 /* ----------------------------------------------------- kernel parameters
@@ -116,7 +125,7 @@ typedef struct rssm_row_header {
     uint32_t slot;
     uint32_t write_pos;
     uint32_t force;
-    uint32_t reserved;
+    uint32_t io;
 } rssm_row_header;
 
 #ifdef __cplusplus

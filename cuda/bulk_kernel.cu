@@ -176,7 +176,7 @@ __device__ __forceinline__ uint64_t evict_first_policy()
 /* The row header of batch row r: slot, ring entries n and the flush
  * decision, taken on the device (docs/design.md §2). */
 struct RowStep {
-    uint32_t slot, n;
+    uint32_t slot, n, io;
     bool flush;
 };
 
@@ -186,6 +186,7 @@ __device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const u
     RowStep s;
     s.slot = hr.x;
     s.n = min(hr.y, p.ring_cap);
+    s.io = row_io(p, hr);
     s.flush = p.ring_cap == 0 || s.n + 1u == p.ring_len || hr.z != 0u;
     return s;
 }
@@ -380,7 +381,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
     float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    const size_t io_row = (size_t)a.layer * p.max_rows + r;
+    const size_t io_row = (size_t)a.layer * p.max_rows + st.io;
     if (lane == 0) {
         const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * (io_bf16 ? 2u : 4u);
         const uint64_t policy = evict_first_policy();
@@ -410,7 +411,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
             gj[j] = make_float4(ring_g[j], ring_g[j], ring_g[j], ring_g[j]);
     }
     float q[4], k[4], g[4], alpha[4];
-    const RowIn in = channel_inputs<4, 1>(a, r, hv, c0, 1u, q, k, g, alpha, nullptr);
+    const RowIn in = channel_inputs<4, 1>(a, st.io, hv, c0, 1u, q, k, g, alpha, nullptr);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
      * the lane's parts of c_j(q) (at j) and c_j(k) (at kJ + j) on the way,
@@ -461,7 +462,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 if (hv % (HV / H) == 0)
-                    ring_k[(size_t)n * K + c0 + i] = from_f<RT>(k[i]);
+                    ring_k[(size_t)n * K + c0 + i] = to_ring<RT>(k[i], a.b.overflow, r);
                 if (kda || c0 + i == 0)
                     ring_g[(size_t)n * Kg + (kda ? c0 + i : 0u)] = g[i];
             }
@@ -471,6 +472,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
         co[kCoMisc] = in.beta;
         co[kCoMisc + 1] = in.kq;
         co[kCoMisc + 2] = __uint_as_float(u);
+        co[kCoMisc + 3] = __uint_as_float(st.io);
     }
 }
 
@@ -577,11 +579,12 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     const float d_mine = co[kCoMisc] * (v_in - sk);
     uint8_t *lb = a.b.pool + (size_t)m.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
     if (lane % LPR == 0u) {
-        const size_t out_at = (((size_t)a.layer * p.max_rows + r) * HV + hv) * V + v0 + my_row;
+        const size_t out_at =
+            (((size_t)a.layer * p.max_rows + __float_as_uint(co[kCoMisc + 3])) * HV + hv) * V + v0 + my_row;
         store_io(a.b.out, out_at, io_bf16, sq + d_mine * co[kCoMisc + 1]);
         if (RING && !flush) {
             RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
-            ring_d[(size_t)n * V + v0 + my_row] = from_f<RT>(d_mine);
+            ring_d[(size_t)n * V + v0 + my_row] = to_ring<RT>(d_mine, a.b.overflow, r);
         }
     }
     if (!flush)

@@ -52,6 +52,8 @@ struct CudaBatch {
     float *gate, *beta, *A_log, *dt_bias;
     float *scratch;           /* the stream kernel's coefficients, or NULL */
     uint32_t *work;           /* the bulk kernel's work counters */
+    uint32_t *overflow_dev;   /* [max_rows] rssm_cuda_buffers.overflow */
+    uint32_t *overflow_host;  /* [max_rows], pinned */
     size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
@@ -266,6 +268,8 @@ void batch_free(CudaBatch *b)
     cudaFree(b->dt_bias);
     cudaFree(b->scratch);
     cudaFree(b->work);
+    cudaFree(b->overflow_dev);
+    cudaFreeHost(b->overflow_host);
     free(b);
 }
 
@@ -295,6 +299,9 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaMalloc(reinterpret_cast<void **>(&b->work), RSSM_CUDA_WORK_BYTES));
     CK(cudaMemsetAsync(b->work, 0, RSSM_CUDA_WORK_BYTES, c->stream));
     CK(cudaMallocHost(reinterpret_cast<void **>(&b->header_host), b->header_bytes));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->overflow_dev), (size_t)p.max_rows * sizeof(uint32_t)));
+    CK(cudaMemsetAsync(b->overflow_dev, 0, (size_t)p.max_rows * sizeof(uint32_t), c->stream));
+    CK(cudaMallocHost(reinterpret_cast<void **>(&b->overflow_host), (size_t)p.max_rows * sizeof(uint32_t)));
     /* Defined contents everywhere: inputs never uploaded read as zeros, and
      * the gate weights start at A_log = 0, dt_bias = 0 until set. */
     CK(cudaMemsetAsync(b->q, 0, rows * b->row_q, c->stream));
@@ -322,6 +329,7 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     b->buf.dt_bias = b->dt_bias;
     b->buf.out = b->out;
     b->buf.work = b->work;
+    b->buf.overflow = b->overflow_dev;
 
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
     if (c->kernel >= 0) {
@@ -425,18 +433,24 @@ rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_
 }
 
 rssm_status cuda_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
-                           rssm_error *err)
+                           uint32_t *overflow, rssm_error *err)
 {
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     b->header_host[RSSM_HEADER_ROWS] = rows;
     memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
     const size_t bytes = 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows);
+    const size_t flag_bytes = rows * sizeof(uint32_t);
     CK(cudaMemcpyAsync(b->header_dev, b->header_host, bytes, cudaMemcpyHostToDevice, c->stream));
+    CK(cudaMemsetAsync(b->overflow_dev, 0, flag_bytes, c->stream));
     CK(cudaEventRecord(b->start, c->stream));
     CK(cudaGraphLaunch(b->exec, c->stream));
     CK(cudaEventRecord(b->stop, c->stream));
+    if (overflow)
+        CK(cudaMemcpyAsync(b->overflow_host, b->overflow_dev, flag_bytes, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
+    if (overflow)
+        memcpy(overflow, b->overflow_host, flag_bytes);
     CK(cudaGetLastError());
     float ms = 0.0f;
     CK(cudaEventElapsedTime(&ms, b->start, b->stop));

@@ -124,7 +124,7 @@ struct Smem {
     uint32_t sQ, sKi, sV;  /* q, k [K], v [V] io dtype */
     uint32_t sGate;  /* [K] (KDA) or [1] fp32 */
     uint32_t sBeta;  /* [1] fp32 */
-    uint32_t sMeta;  /* slot, n, flush */
+    uint32_t sMeta;  /* slot, n, flush, io row */
     uint32_t stage_bytes;
     uint32_t stages;
     /* work arrays, one set */
@@ -245,7 +245,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
 
     /* Starts the loads of item t into stage s; `hr` is its header row. */
     auto issue = [&](uint32_t t, uint32_t s, uint4 hr) {
-        const uint32_t r = t / per_row, rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
+        const uint32_t rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
         const uint32_t h = hv / group;
         const uint32_t slot = hr.x, n = min(hr.y, cap);
         const bool flush = (n + 1u == p.ring_len) || hr.z != 0u;
@@ -255,6 +255,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             meta[0] = slot;
             meta[1] = n;
             meta[2] = flush ? 1u : 0u;
+            meta[3] = row_io(p, hr);
         }
         const uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
         const SRaw *C = reinterpret_cast<const SRaw *>(lb) + (size_t)hv * V * K;
@@ -280,7 +281,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             copy_async(st + L.sD, lb + p.ring_d_offset + (size_t)hv * cap * V * rsz, n * V * (uint32_t)rsz, tid, nthr);
             copy_async(st + L.sG, lb + p.ring_g_offset + (size_t)hv * cap * Kg * 4, n * Kg * 4u, tid, nthr);
         }
-        const size_t io_row = (size_t)a.layer * p.max_rows + r;
+        const size_t io_row = (size_t)a.layer * p.max_rows + row_io(p, hr);
         const uint8_t *qb = static_cast<const uint8_t *>(a.b.q), *kb = static_cast<const uint8_t *>(a.b.k);
         const uint8_t *vb = static_cast<const uint8_t *>(a.b.v);
         copy_async(st + L.sQ, qb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
@@ -307,7 +308,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         const RRaw *sD = reinterpret_cast<const RRaw *>(st + L.sD);
         const RRaw *sK = reinterpret_cast<const RRaw *>(st + L.sK);
         const float *sG = reinterpret_cast<const float *>(st + L.sG);
-        const size_t io_row = (size_t)a.layer * p.max_rows + r;
+        const size_t io_row = (size_t)a.layer * p.max_rows + meta[3];
         const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
         const bool has_tile = tile_row < V;
 
@@ -367,7 +368,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 if (append_g && (kda || c == 0))
                     ring_g[(size_t)n * Kg + cg] = gv;
                 if (append_k)
-                    ring_k[(size_t)n * K + c] = from_f<RT>(kx[i]);
+                    ring_k[(size_t)n * K + c] = to_ring<RT>(kx[i], a.b.overflow, r);
                 float sacc = 0.0f;
                 for (int j = (int)n - 1; j >= 0; --j) {
                     kF[(size_t)j * K + c] = to_f<RT>(sK[(size_t)j * K + c]) * (expf(sacc) * alpha);
@@ -474,7 +475,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             if (t4 == 0 && v < V) {
                 store_io(a.b.out, (io_row * HV + hv) * V + v, io_bf16, pq[hf] + d[hf] * kq);
                 if (!flush)
-                    ring_d[(size_t)n * V + v] = from_f<RT>(d[hf]);
+                    ring_d[(size_t)n * V + v] = to_ring<RT>(d[hf], a.b.overflow, r);
             }
         }
         if (!flush)

@@ -109,6 +109,27 @@ __device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float 
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* The row of the step arrays that header row `hr` reads and writes (its io
+ * word, docs/design.md §2), kept inside the batch whatever the header says. */
+__device__ __forceinline__ uint32_t row_io(const rssm_kernel_params &p, const uint4 &hr)
+{
+    return min(hr.w, p.max_rows - 1u);
+}
+
+/* x rounded to the ring dtype RT for an append. A finite x that RT rounds
+ * to infinity flags header row r (docs/design.md §2: the host re-runs the
+ * row as a flush, so the entry is never read); plain stores of 1 from many
+ * threads to one word need no atomics. */
+template <int RT> __device__ __forceinline__ typename Raw<RT>::T to_ring(float x, uint32_t *overflow, uint32_t r)
+{
+    if constexpr (RT != kF32) {
+        const float limit = RT == kF16 ? RSSM_F16_OVERFLOW : RSSM_BF16_OVERFLOW;
+        if (fabsf(x) >= limit && !isinf(x) && overflow)
+            overflow[r] = 1u;
+    }
+    return from_f<RT>(x);
+}
+
 __device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
 {
     return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];
@@ -139,7 +160,7 @@ __device__ __forceinline__ float warp_sum(float x)
     return x;
 }
 
-/* The per-channel inputs of (row r, value head hv) of layer a.layer (Args:
+/* The per-channel inputs of (step-array row io, value head hv) of layer a.layer (Args:
  * any struct with p, b and layer) for the NC channels
  * c = first + stride * i this thread owns: q (normalised and scaled), k
  * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
@@ -150,14 +171,14 @@ struct RowIn {
 };
 
 template <int NC, int W, typename Args>
-__device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t r, uint32_t hv, uint32_t first,
+__device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint32_t hv, uint32_t first,
                                                 uint32_t stride, float *q, float *k, float *g, float *alpha,
                                                 float *red)
 {
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t h = hv / (HV / H);
-    const size_t io_row = (size_t)a.layer * p.max_rows + r;
+    const size_t io_row = (size_t)a.layer * p.max_rows + io;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;

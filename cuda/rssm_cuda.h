@@ -37,6 +37,9 @@ typedef struct rssm_cuda_buffers {
     void *out;                  /* io dtype */
     float *scratch;             /* the stream kernel's per-(row, value head) ring
                                    coefficients: rssm_cuda_scratch_bytes */
+    uint32_t *overflow;         /* [max_rows]: 1 for a header row whose ring append
+                                   overflowed its dtype (docs/design.md §2); the kernels
+                                   only ever store 1, the host zeroes it */
     uint32_t *work;             /* the bulk kernel's work counters: RSSM_CUDA_WORK_BYTES,
                                    zeroed before the first launch; every launch leaves them
                                    zero. Launches that share them run one after another

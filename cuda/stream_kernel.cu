@@ -141,7 +141,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
     if (r >= min(rows, p.max_rows))
         return;
-    const uint32_t slot = hr.x, n = RING ? min(hr.y, cap) : 0u;
+    const uint32_t slot = hr.x, n = RING ? min(hr.y, cap) : 0u, io = row_io(p, hr);
     const bool flush = !RING || n + 1u == p.ring_len || hr.z != 0u;
 
     /* 1. The tile's loads, and the row's ring entries, all issued before
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
             dj[i][jj] = RING && j < n && v < V ? ring_d[(size_t)j * V + v] : RRaw{};
         }
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    const size_t io_row = (size_t)a.layer * p.max_rows + r, v_at = (io_row * HV + hv) * V;
+    const size_t io_row = (size_t)a.layer * p.max_rows + io, v_at = (io_row * HV + hv) * V;
     float vin[RPL];
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
@@ -206,7 +206,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         kq = sc[kScMisc + 1];
     } else {
         float qx[4], kx[4], gx[4], al[4];
-        const RowIn in = channel_inputs<4, 1>(a, r, hv, lane, 32u, qx, kx, gx, al, nullptr);
+        const RowIn in = channel_inputs<4, 1>(a, io, hv, lane, 32u, qx, kx, gx, al, nullptr);
         kq = in.kq;
         beta = in.beta;
 #pragma unroll
@@ -279,7 +279,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         if (t4 == (uint32_t)(i & 3) && v < V) {
             store_io(a.b.out, v_at + v, io_bf16, pq[i] + d[i] * kq);
             if (RING && !flush)
-                ring_d[(size_t)n * V + v] = from_f<RT>(d[i]);
+                ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], a.b.overflow, r);
         }
     }
     if (!flush)
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
     if (r >= min(rows, p.max_rows))
         return; /* the whole CTA */
     const uint4 hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
-    const uint32_t slot = hr.x, n = min(hr.y, cap);
+    const uint32_t slot = hr.x, n = min(hr.y, cap), io = row_io(p, hr);
     const bool flush = n + 1u == p.ring_len || hr.z != 0u;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u, c = threadIdx.x;
@@ -389,7 +389,7 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
         gj[j] = in ? ring_g[(size_t)j * Kg + (kda ? c : 0u)] : 0.0f;
     }
     float q, k, gv, alpha;
-    const RowIn in = channel_inputs<1, kMaxK / 32>(a, r, hv, c, 0u, &q, &k, &gv, &alpha, red);
+    const RowIn in = channel_inputs<1, kMaxK / 32>(a, io, hv, c, 0u, &q, &k, &gv, &alpha, red);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32. */
     float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
@@ -412,7 +412,7 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
         sc[kScKV + c] = k;
         if (!flush) {
             if (hv % (HV / H) == 0)
-                ring_k[(size_t)n * K + c] = from_f<RT>(k);
+                ring_k[(size_t)n * K + c] = to_ring<RT>(k, a.b.overflow, r);
             if (kda || c == 0)
                 ring_g[(size_t)n * Kg + (kda ? c : 0u)] = gv;
         }

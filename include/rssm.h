@@ -26,8 +26,11 @@
  * backend. rssm_pool_import, which takes bytes from elsewhere, does check
  * content and refuses a non-finite state or ring entry or a positive
  * log-decay with RSSM_ERR_FORMAT; rssm_pool_write_state refuses a
- * non-finite state with RSSM_ERR_INVALID_ARGUMENT.
- */
+ * non-finite state with RSSM_ERR_INVALID_ARGUMENT. Finite values that a
+ * 16-bit ring cannot hold (|d| = |beta (v - S k)| or |k| from 65520 up with
+ * an fp16 ring) are never stored as inf: that row's step is re-run as a
+ * flush, which is exact (rssm_batch_run), so such inputs cost a second
+ * launch for the step and nothing else. */
 #ifndef RSSM_H
 #define RSSM_H
 
@@ -331,7 +334,9 @@ rssm_status rssm_batch_step(rssm_batch *b, uint32_t rows, const uint32_t *slots,
 /* The same step in three parts, so a benchmark can time rssm_batch_run
  * alone: upload leaves the inputs in device memory (they may be run many
  * times), run plans, executes and commits, download reads the outputs of the
- * last run. */
+ * last run. A run whose rows' ring entries overflowed the ring dtype runs
+ * those rows once more as a flush before it commits (docs/design.md §2);
+ * rssm_batch_last_run_seconds counts both launches. */
 rssm_status rssm_batch_upload(rssm_batch *b, uint32_t rows, const rssm_step_inputs *in,
                               rssm_error *err);
 rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots,

@@ -84,6 +84,9 @@ layout(std430, binding = 6) readonly buffer Beta { float w[]; } beta_in;
 layout(std430, binding = 7) readonly buffer ALog { float w[]; } a_log;
 layout(std430, binding = 8) readonly buffer DtBias { float w[]; } dt_bias;
 layout(std430, binding = 9) writeonly buffer Out { uint w[]; } outbuf;
+// [max_rows]: 1 for a header row whose ring append overflowed the ring
+// dtype (docs/design.md §2); only ever set to 1, the host zeroes it.
+layout(std430, binding = 10) writeonly buffer Overflow { uint w[]; } overflow;
 
 RSSM_DEFINE_LOADS(pool, pool)
 RSSM_DEFINE_STORES(pool, pool)
@@ -164,8 +167,8 @@ shared float s_rk[HEAD_V];     // and of Sbar k
 const uint PAD_V = (HEAD_V + TILE_M - 1u) / TILE_M * TILE_M;
 const uint PAD_J = (RING_LEN + TILE_K - 1u) / TILE_K * TILE_K;
 const uint PAD_K = (HEAD_K + TILE_N - 1u) / TILE_N * TILE_N;
-shared TILE_AB_T s_dx[PAD_V * PAD_J];  // [V][j]: d_0..d_{n-1}, d, zeros
-shared TILE_AB_T s_kx[PAD_J * PAD_K];  // [j][K]: KK_0..KK_{n-1}, k, zeros
+shared TILE_AB_T s_dx[PAD_V * PAD_J];  // [V][j]: d_0..d_{n-1}, zeros
+shared TILE_AB_T s_kx[PAD_J * PAD_K];  // [j][K]: KK_0..KK_{n-1}, zeros
 #if RSSM_TILES == 1
 const uint KK_STRIDE = HEAD_K;
 shared float s_kk[RING_LEN * HEAD_K];  // fp32 KK for the readout
@@ -315,7 +318,8 @@ void main()
     const uint rd_base = lw + params.ring_d_offset / 4u;  // [HV][cap][V]
     const uint rk_base = lw + params.ring_k_offset / 4u;  // [H][cap][K]
     const uint rg_base = lw + params.ring_g_offset / 4u;  // [HV][cap] or [HV][cap][K]
-    const uint lr = layer * params.max_rows + row;
+    // The row of the step arrays this header row reads and writes.
+    const uint lr = layer * params.max_rows + min(hdr.w[hrow + RSSM_ROW_IO], params.max_rows - 1u);
     const uint qk_elem = (lr * H + h) * K;
     const uint v_elem = (lr * HV + hv) * V;
     const uint g_index = kda ? (lr * HV + hv) * K : lr * HV + hv;
@@ -512,13 +516,17 @@ void main()
 
 #if RSSM_TILES != 0
     // ---- 2b. the flush as a matrix product, tile by tile --------------------
+    // The tiles take the ring's n entries, whose d are already in the ring
+    // dtype; this step's d k^T joins the accumulator in fp32, so a d that
+    // the tile operand's dtype cannot hold (the re-run of a row whose append
+    // overflowed, docs/design.md §2) is never rounded to it.
     if (tile_flush) {
-        const uint jp = (n + 1u + TILE_K - 1u) / TILE_K * TILE_K; // inner extent used
+        const uint jp = (n + TILE_K - 1u) / TILE_K * TILE_K; // inner extent used
         for (uint idx = t; idx < PAD_V * jp; idx += WG_SIZE) {
             const uint v = idx / jp, j = idx % jp;
             float x = 0.0;
-            if (v < V)
-                x = j < n ? RING_D(j, v) : (j == n ? s_d[v] : 0.0);
+            if (v < V && j < n)
+                x = RING_D(j, v);
             s_dx[v * PAD_J + j] = TILE_AB_T(x);
         }
         for (uint idx = t; idx < jp * PAD_K; idx += WG_SIZE) {
@@ -528,8 +536,8 @@ void main()
                 continue; // s_kk is s_kx: KK_j is already in place
 #endif
             float x = 0.0;
-            if (c < K)
-                x = j < n ? s_kk[j * KK_STRIDE + c] : (j == n ? s_k4[c >> 2][c & 3u] : 0.0);
+            if (c < K && j < n)
+                x = s_kk[j * KK_STRIDE + c];
             s_kx[j * PAD_K + c] = TILE_AB_T(x);
         }
         barrier();
@@ -544,11 +552,12 @@ void main()
             const bool storing = round + sg < tiles;
             const uint tile = min(round + sg, tiles - 1u);
             const uint v0 = (tile / tiles_k) * TILE_M, c0 = (tile % tiles_k) * TILE_N;
-            // Accumulator starts as C * diag(alpha Gamma).
+            // Accumulator starts as C * diag(alpha Gamma) + d k^T.
             for (uint e = lane; e < TILE_M * TILE_N; e += SG_SIZE) {
                 const uint v = v0 + e / TILE_N, c = c0 + e % TILE_N;
                 s_tile[tile_scratch + e] = (v < V && c < K)
-                    ? pool_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag4[c >> 2][c & 3u] : 0.0;
+                    ? pool_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag4[c >> 2][c & 3u] + s_d[v] * s_k4[c >> 2][c & 3u]
+                    : 0.0;
             }
             subgroupMemoryBarrierShared();
             subgroupBarrier();
@@ -581,11 +590,19 @@ void main()
         out_store2(0u, v_elem + p, vec2(s_o[p], s_o[p + 1u]));
 #if RSSM_REPLAY
     if (!flush) {
-        for (uint p = t * 2u; p < V; p += WG_SIZE * 2u)
-            pool_store2(RING_DT, rd_base, (hv * RING_CAP + n) * V + p, vec2(s_d[p], s_d[p + 1u]));
+        bool over = false;
+        for (uint p = t * 2u; p < V; p += WG_SIZE * 2u) {
+            const vec2 dv = vec2(s_d[p], s_d[p + 1u]);
+            pool_store2(RING_DT, rd_base, (hv * RING_CAP + n) * V + p, dv);
+            over = over || ring_overflows(RING_DT, vec4(dv, 0.0, 0.0));
+        }
         if (hv % (HV / H) == 0u)
-            for (uint cq = t; cq < KQ; cq += WG_SIZE)
+            for (uint cq = t; cq < KQ; cq += WG_SIZE) {
                 pool_store4(RING_DT, rk_base, (h * RING_CAP + n) * K + 4u * cq, s_k4[cq]);
+                over = over || ring_overflows(RING_DT, s_k4[cq]);
+            }
+        if (over)
+            overflow.w[row] = 1u;
         if (kda) {
             for (uint cq = t; cq < KQ; cq += WG_SIZE)
                 pool4.w[(rg_base + (hv * RING_CAP + n) * K + 4u * cq) >> 2] = floatBitsToUint(s_g4[cq]);

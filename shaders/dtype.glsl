@@ -72,6 +72,18 @@ uint rssm_to16(uint dt, float f)
 // The value f takes after a round trip through fp16.
 float rssm_round_f16(float f) { return rssm_f16_to_f32(rssm_f32_to_f16(f)); }
 
+// True if a finite value of x is one that ring dtype `dt` rounds to
+// infinity (docs/design.md §2: the row is then re-run as a flush). NaN and
+// infinities were not finite to begin with.
+bool ring_overflows(uint dt, vec4 x)
+{
+    if (dt == RSSM_CODE_DTYPE_F32)
+        return false;
+    const float limit = dt == RSSM_CODE_DTYPE_F16 ? RSSM_F16_OVERFLOW : RSSM_BF16_OVERFLOW;
+    const bvec4 big = greaterThanEqual(abs(x), vec4(limit)), inf = isinf(x);
+    return (big.x && !inf.x) || (big.y && !inf.y) || (big.z && !inf.z) || (big.w && !inf.w);
+}
+
 // Typed loads and stores on a buffer of 32-bit words `BUF.w[]` holding an array of
 // dtype `dt`. Indices count elements from a word offset `base`. 16-bit
 // arrays are only ever written in whole words (pairs of elements), so no two

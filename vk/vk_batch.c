@@ -13,7 +13,7 @@
 #include <time.h>
 
 enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
-       BIND_OUT, BIND_COUNT };
+       BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
 
 static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
@@ -178,6 +178,7 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
         [BIND_A_LOG] = {b->io_dev.buffer, io->a_log, L * io->a_log_bytes},
         [BIND_DT_BIAS] = {b->io_dev.buffer, io->dt_bias, L * io->dt_bias_bytes},
         [BIND_OUT] = {b->io_dev.buffer, io->out, L * io->v_bytes},
+        [BIND_OVERFLOW] = {b->overflow.buffer, 0, VK_WHOLE_SIZE},
     };
     VkWriteDescriptorSet w[BIND_COUNT];
     for (uint32_t i = 0; i < BIND_COUNT; i++)
@@ -251,6 +252,8 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         (st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_HOST, &b->io_host, err)) == RSSM_OK &&
         (st = vk_buffer_create(ctx, RSSM_HEADER_BYTES(params->max_rows), VK_MEMORY_HOST, &b->header, err)) ==
             RSSM_OK &&
+        (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
+            RSSM_OK &&
         (st = create_descriptors(ctx, b, err)) == RSSM_OK)
         st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, &b->pipeline, err);
     if (st == RSSM_OK && ctx->timestamp_bits) {
@@ -280,6 +283,7 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         return st;
     }
     memset(b->header.map, 0, RSSM_HEADER_BYTES(params->max_rows));
+    memset(b->overflow.map, 0, (size_t)params->max_rows * 4u);
     *out = b;
     return rssm_clear_error(err);
 }
@@ -308,6 +312,7 @@ void vk_batch_destroy(void *vctx, void *vbatch)
     if (b->set_layout)
         ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, b->set_layout, NULL);
     vk_buffer_destroy(ctx, &b->header);
+    vk_buffer_destroy(ctx, &b->overflow);
     vk_buffer_destroy(ctx, &b->io_host);
     vk_buffer_destroy(ctx, &b->io_dev);
     free(b);
@@ -378,7 +383,8 @@ rssm_status vk_batch_upload(void *vctx, void *vbatch, uint32_t rows, const rssm_
     return st;
 }
 
-rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row_header *hdr, rssm_error *err)
+rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row_header *hdr, uint32_t *overflow,
+                         rssm_error *err)
 {
     vk_ctx *ctx = vctx;
     vk_batch *b = vbatch;
@@ -392,6 +398,8 @@ rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row
     uint32_t *words = b->header.map;
     words[RSSM_HEADER_ROWS] = rows;
     memcpy(words + RSSM_HEADER_WORDS, hdr, (size_t)rows * sizeof *hdr);
+    uint32_t *flags = b->overflow.map; /* host-coherent, read after the fence */
+    memset(flags, 0, (size_t)rows * sizeof *flags);
     VkSubmitInfo si = {
         .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
         .commandBufferCount = 1,
@@ -422,6 +430,8 @@ rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row
         uint64_t mask = ctx->timestamp_bits >= 64 ? ~0ull : (1ull << ctx->timestamp_bits) - 1;
         b->last_run_seconds = (double)((ts[1] - ts[0]) & mask) * ctx->props.limits.timestampPeriod * 1e-9;
     }
+    if (overflow)
+        memcpy(overflow, flags, (size_t)rows * sizeof *flags);
     return vk_check_validation(ctx, err);
 }
 

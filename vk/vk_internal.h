@@ -113,6 +113,7 @@ typedef struct vk_batch {
     vk_buffer io_dev;         /* device-local inputs and outputs */
     vk_buffer io_host;        /* host-visible staging, same layout */
     vk_buffer header;         /* host-visible step header, refreshed in place */
+    vk_buffer overflow;       /* host-visible [max_rows] ring-overflow flags (docs/design.md §2) */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipeline_layout;
     VkPipeline pipeline;
@@ -182,7 +183,7 @@ rssm_status vk_batch_set_gate_params(void *ctx, void *batch, uint32_t layer, con
 rssm_status vk_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_step_inputs *in,
                             rssm_error *err);
 rssm_status vk_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
-                         rssm_error *err);
+                         uint32_t *overflow, rssm_error *err);
 rssm_status vk_batch_download(void *ctx, void *batch, uint32_t rows, void *out, rssm_error *err);
 double vk_batch_last_run_seconds(void *ctx, void *batch);
 /* What vk_bench.c records a step with, so that its programs run a step

@@ -11,6 +11,7 @@
  *   copy-on-write, materialise, export-import     pool operations mid-ring
  *   L1-equals-packed(-bf16)                       L = 1 replay == packed, bit for bit
  *   long-4096                                     4096 steps, error does not grow
+ *   fp16-ring-overflow                            ring entries beyond fp16's range
  *   shape-...                                     odd head sizes (K = 36, V = 20; K = 64, V = 48),
  *                                                 L = 17 / 18, V = 256, 48 rows
  *   packed/...                                    the packed decode itself
@@ -201,6 +202,15 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
         ADD("long-4096", "replay");
         if (!o.steps)
             v[n - 1].steps = 4096;
+        /* A value row whose ring entries an fp16 ring cannot hold (|d| far
+         * above 65504) from the second cycle on: those steps must be exact
+         * (the row re-runs as a flush) while the other rows append as usual. */
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.v_scale = 4e5f;
+        c.v_scale_row = 1;
+        c.v_scale_from = 20;
+        ADD("fp16-ring-overflow", "replay");
         /* Shapes at the edges of the device kernels' tilings: partial
          * channel groups and row tiles (K = 36, V = 20, H != HV), a narrow
          * KDA head, the longest ring a stream kernel takes (L = 17) and one

@@ -231,6 +231,9 @@ rssm_status rh_prepare_case(const rh_case *c, uint64_t seed, rh_prepared *p, rss
         .stream = rh_hash_str(c->name),
         .admit_every = c->admit_every,
         .copy_step = c->event == RH_EVENT_COPY ? c->event_step : 0,
+        .v_scale = c->v_scale,
+        .v_scale_row = c->v_scale_row,
+        .v_scale_from = c->v_scale_from,
     };
     rssm_status st = rh_trace_generate(&spec, &p->trace, err);
     if (st == RSSM_OK)

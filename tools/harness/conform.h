@@ -43,6 +43,9 @@ typedef struct rh_case {
     uint32_t event_step;    /* before this step */
     uint32_t event_end;     /* MIGRATE: moved back before this step */
     rh_check check;
+    /* != 0: row v_scale_row's v times this from step v_scale_from on. */
+    float v_scale;
+    uint32_t v_scale_row, v_scale_from;
     double tol;
     /* What the run must be seen to exercise (RH_EXPECT_*), so a case cannot
      * pass without testing what its name says. */

@@ -215,8 +215,11 @@ rssm_status rh_trace_generate(const rh_trace_spec *s, rh_trace *t, rssm_error *e
         gen_qk(&r, t->q + step * nqk, nqk / K, K, m);
         gen_qk(&r, t->k + step * nqk, nqk / K, K, m);
         float *v = t->v + step * nv;
+        const size_t v_row = (size_t)m->num_v_heads * m->head_v;
         for (size_t i = 0; i < nv; i++) {
             double u = rh_rng_uniform(&r, -1.0, 1.0);
+            if (s->v_scale != 0.0f && step >= s->v_scale_from && (i / v_row) % t->batch == s->v_scale_row)
+                u *= s->v_scale;
             v[i] = rssm_round_to(m->io_dtype, (float)(u == 0.0 ? 0.25 : u));
         }
         size_t ng = rh_trace_gate_per_step(t), nb = rh_trace_beta_per_step(t);

@@ -58,6 +58,10 @@ typedef struct rh_trace_spec {
     /* > 0: the last row joins at this step as a copy of row 0 (the caller
      * copies the slot); its sequence length continues row 0's. */
     uint32_t copy_step;
+    /* v_scale != 0: row v_scale_row's v is multiplied by it from step
+     * v_scale_from on (values a 16-bit ring cannot hold: docs/design.md §2). */
+    float v_scale;
+    uint32_t v_scale_row, v_scale_from;
 } rh_trace_spec;
 
 /* Random, never zero: q, k, v ~ U(-1, 1) (L2-normalised here when the model
