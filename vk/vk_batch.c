@@ -42,10 +42,18 @@ static void io_layout_init(vk_io_layout *io, const rssm_model *m, uint32_t max_r
     io->total = at;
 }
 
-static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandBufferAllocateInfo *ai,
-                                      rssm_error *err);
+static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, rssm_error *err);
 
 static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
+{
+    /* The command pool is shared: allocate and record under the lock. */
+    pthread_mutex_lock(&ctx->queue_lock);
+    rssm_status st = record_step_locked(ctx, b, err);
+    pthread_mutex_unlock(&ctx->queue_lock);
+    return st;
+}
+
+rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, rssm_error *err)
 {
     VkCommandBufferAllocateInfo ai = {
         .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
@@ -53,11 +61,18 @@ static rssm_status record_step(vk_ctx *ctx, vk_batch *b, rssm_error *err)
         .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
         .commandBufferCount = 1,
     };
-    /* The command pool is shared: allocate and record under the lock. */
-    pthread_mutex_lock(&ctx->queue_lock);
-    rssm_status st = record_step_locked(ctx, b, &ai, err);
-    pthread_mutex_unlock(&ctx->queue_lock);
-    return st;
+    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, cb);
+    if (r != VK_SUCCESS) {
+        *cb = VK_NULL_HANDLE;
+        return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
+    }
+    /* No ONE_TIME_SUBMIT: every buffer here is submitted again and again. */
+    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
+    if ((r = ctx->vk.vkBeginCommandBuffer(*cb, &bi)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkBeginCommandBuffer", err);
+    if (queries)
+        ctx->vk.vkCmdResetQueryPool(*cb, queries, 0, 2);
+    return RSSM_OK;
 }
 
 /* The pieces of a step's recording, shared with the timed programs of
@@ -100,19 +115,12 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
     ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads, b->params.max_rows, b->params.layers);
 }
 
-static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandBufferAllocateInfo *ai,
-                                      rssm_error *err)
+static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
-    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, ai, &b->step_cmd);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
-    /* No ONE_TIME_SUBMIT: this buffer is submitted once per step. */
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    if ((r = ctx->vk.vkBeginCommandBuffer(b->step_cmd, &bi)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkBeginCommandBuffer", err);
+    rssm_status st = vk_cmd_begin(ctx, b->queries, &b->step_cmd, err);
+    if (st != RSSM_OK)
+        return st;
     VkCommandBuffer cb = b->step_cmd;
-    if (b->queries)
-        ctx->vk.vkCmdResetQueryPool(cb, b->queries, 0, 2);
     vk_cmd_barrier_before_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
@@ -120,9 +128,8 @@ static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, const VkCommandB
     vk_cmd_barrier_after_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
-    if ((r = ctx->vk.vkEndCommandBuffer(cb)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkEndCommandBuffer", err);
-    return RSSM_OK;
+    const VkResult r = ctx->vk.vkEndCommandBuffer(cb);
+    return r == VK_SUCCESS ? RSSM_OK : vk_fail(ctx, r, "vkEndCommandBuffer", err);
 }
 
 rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,
@@ -195,33 +202,12 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
-    VkDescriptorSetLayoutBinding binds[BIND_COUNT];
-    for (uint32_t i = 0; i < BIND_COUNT; i++)
-        binds[i] = (VkDescriptorSetLayoutBinding){
-            .binding = i,
-            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .descriptorCount = 1,
-            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
-        };
-    VkDescriptorSetLayoutCreateInfo lci = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-        .bindingCount = BIND_COUNT,
-        .pBindings = binds,
-    };
-    VkResult r = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &lci, NULL, &b->set_layout);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreateDescriptorSetLayout", err);
-    VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(rssm_kernel_params)};
-    VkPipelineLayoutCreateInfo plci = {
-        .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-        .setLayoutCount = 1,
-        .pSetLayouts = &b->set_layout,
-        .pushConstantRangeCount = 1,
-        .pPushConstantRanges = &pc,
-    };
-    if ((r = ctx->vk.vkCreatePipelineLayout(ctx->device, &plci, NULL, &b->pipeline_layout)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreatePipelineLayout", err);
-    rssm_status st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
+    _Static_assert(BIND_COUNT <= VK_MAX_BINDINGS, "bindings");
+    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, sizeof(rssm_kernel_params), &b->set_layout,
+                                       &b->pipeline_layout, err);
+    if (st != RSSM_OK)
+        return st;
+    st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
     if (st != RSSM_OK)
         return st;
     vk_batch_sets_write(ctx, b, b->set, b->header.buffer, 0, VK_WHOLE_SIZE);

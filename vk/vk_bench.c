@@ -88,28 +88,11 @@ static rssm_status bench_init(vk_ctx *ctx, bench *o, uint32_t reps, rssm_error *
  * records and calls bench_record_end, which releases the lock. */
 static rssm_status bench_record_begin(vk_ctx *ctx, bench *o, rssm_error *err)
 {
-    VkCommandBufferAllocateInfo ai = {
-        .sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_ALLOCATE_INFO,
-        .commandPool = ctx->command_pool,
-        .level = VK_COMMAND_BUFFER_LEVEL_PRIMARY,
-        .commandBufferCount = 1,
-    };
     pthread_mutex_lock(&ctx->queue_lock);
-    VkResult r = ctx->vk.vkAllocateCommandBuffers(ctx->device, &ai, &o->cmd);
-    if (r != VK_SUCCESS) {
-        o->cmd = VK_NULL_HANDLE;
+    rssm_status st = vk_cmd_begin(ctx, o->queries, &o->cmd, err);
+    if (st != RSSM_OK)
         pthread_mutex_unlock(&ctx->queue_lock);
-        return vk_fail(ctx, r, "vkAllocateCommandBuffers", err);
-    }
-    /* No ONE_TIME_SUBMIT: submitted 1 + reps times, each waited on. */
-    VkCommandBufferBeginInfo bi = {.sType = VK_STRUCTURE_TYPE_COMMAND_BUFFER_BEGIN_INFO};
-    if ((r = ctx->vk.vkBeginCommandBuffer(o->cmd, &bi)) != VK_SUCCESS) {
-        pthread_mutex_unlock(&ctx->queue_lock);
-        return vk_fail(ctx, r, "vkBeginCommandBuffer", err);
-    }
-    if (o->queries)
-        ctx->vk.vkCmdResetQueryPool(o->cmd, o->queries, 0, 2);
-    return RSSM_OK;
+    return st;
 }
 
 static rssm_status bench_record_end(vk_ctx *ctx, bench *o, rssm_error *err)
@@ -259,64 +242,13 @@ typedef struct inplace_push {
 
 static rssm_status inplace_pipeline(vk_ctx *ctx, bench *o, uint32_t wg_size, rssm_error *err)
 {
-    VkDescriptorSetLayoutBinding bind = {
-        .binding = 0,
-        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-        .descriptorCount = 1,
-        .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
-    };
-    VkDescriptorSetLayoutCreateInfo lci = {
-        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
-        .bindingCount = 1,
-        .pBindings = &bind,
-    };
-    VkResult r = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &lci, NULL, &o->set_layout);
-    if (r != VK_SUCCESS) {
-        o->set_layout = VK_NULL_HANDLE;
-        return vk_fail(ctx, r, "vkCreateDescriptorSetLayout", err);
-    }
-    VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = sizeof(inplace_push)};
-    VkPipelineLayoutCreateInfo plci = {
-        .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
-        .setLayoutCount = 1,
-        .pSetLayouts = &o->set_layout,
-        .pushConstantRangeCount = 1,
-        .pPushConstantRanges = &pc,
-    };
-    if ((r = ctx->vk.vkCreatePipelineLayout(ctx->device, &plci, NULL, &o->pipeline_layout)) != VK_SUCCESS) {
-        o->pipeline_layout = VK_NULL_HANDLE;
-        return vk_fail(ctx, r, "vkCreatePipelineLayout", err);
-    }
+    rssm_status st = vk_layouts_create(ctx, 1, sizeof(inplace_push), &o->set_layout, &o->pipeline_layout, err);
+    if (st != RSSM_OK)
+        return st;
     VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof wg_size};
     VkSpecializationInfo spec = {.mapEntryCount = 1, .pMapEntries = &entry, .dataSize = sizeof wg_size,
                                  .pData = &wg_size};
-    VkShaderModuleCreateInfo mci = {
-        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-        .codeSize = vk_spirv_inplace.size,
-        .pCode = vk_spirv_inplace.words,
-    };
-    VkShaderModule module;
-    if ((r = ctx->vk.vkCreateShaderModule(ctx->device, &mci, NULL, &module)) != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreateShaderModule", err);
-    VkComputePipelineCreateInfo pci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {
-            .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-            .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-            .module = module,
-            .pName = "main",
-            .pSpecializationInfo = &spec,
-        },
-        .layout = o->pipeline_layout,
-    };
-    r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, &o->pipeline);
-    ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
-    if (r != VK_SUCCESS) {
-        o->pipeline = VK_NULL_HANDLE;
-        return vk_fail(ctx, r, "vkCreateComputePipelines", err);
-    }
-    vk_cache_store(ctx);
-    return RSSM_OK;
+    return vk_compute_pipeline(ctx, &vk_spirv_inplace, &spec, NULL, 0, o->pipeline_layout, &o->pipeline, err);
 }
 
 static rssm_status inplace(vk_ctx *ctx, vk_pool *p, bench *o, size_t bytes, uint32_t reps, uint32_t flip,

@@ -154,13 +154,6 @@ rssm_status vk_cache_create(vk_ctx *ctx, rssm_error *err);
 /* Writes the cache back when it has grown; failures go to ctx->cache_note. */
 void vk_cache_store(vk_ctx *ctx);
 
-/* ---- vk_pipeline.c */
-/* Shared memory the decode kernel needs for this model with the context's
- * kernels, in bytes; the same arithmetic as the shader's declarations. */
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m);
-rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout,
-                               VkPipeline *out, rssm_error *err);
-
 /* ---- vk_shaders.c: the SPIR-V words built from shaders/decode.comp and
  * shaders/inplace.comp */
 typedef struct vk_spirv {
@@ -173,6 +166,25 @@ extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
+
+/* ---- vk_pipeline.c */
+/* Shared memory the decode kernel needs for this model with the context's
+ * kernels, in bytes; the same arithmetic as the shader's declarations. */
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m);
+rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout,
+                               VkPipeline *out, rssm_error *err);
+/* What every compute pipeline here is laid out as: `bindings` storage
+ * buffers (0 .. bindings-1) in one set, one push-constant range of
+ * `push_bytes`. Both handles are VK_NULL_HANDLE where their creation failed. */
+#define VK_MAX_BINDINGS 16u
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
+                              VkPipelineLayout *layout, rssm_error *err);
+/* A compute pipeline of `spv` through the context's pipeline cache (stored
+ * afterwards); `stage_next` and `stage_flags` extend its shader stage.
+ * *out is VK_NULL_HANDLE on failure. */
+rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
+                                const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
+                                VkPipelineLayout layout, VkPipeline *out, rssm_error *err);
 
 /* ---- vk_batch.c */
 rssm_status vk_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,
@@ -188,6 +200,11 @@ rssm_status vk_batch_download(void *ctx, void *batch, uint32_t rows, void *out, 
 double vk_batch_last_run_seconds(void *ctx, void *batch);
 /* What vk_bench.c records a step with, so that its programs run a step
  * exactly as the batch's own command buffer does. */
+/* With queue_lock held (the command pool is shared): a primary command
+ * buffer from the context's pool into *cb (VK_NULL_HANDLE on failure),
+ * begun for repeated submission, `queries`' two timestamps reset first
+ * when it is not VK_NULL_HANDLE. */
+rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, rssm_error *err);
 /* Earlier shader and transfer writes before the compute shaders that follow. */
 void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* The shaders' writes to later transfers and the host. */

@@ -44,6 +44,84 @@ enum {
     SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_COUNT
 };
 
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
+                              VkPipelineLayout *layout, rssm_error *err)
+{
+    *set_layout = VK_NULL_HANDLE;
+    *layout = VK_NULL_HANDLE;
+    VkDescriptorSetLayoutBinding binds[VK_MAX_BINDINGS];
+    if (bindings > VK_MAX_BINDINGS)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "vulkan: %u bindings, at most %u", bindings,
+                              VK_MAX_BINDINGS);
+    for (uint32_t i = 0; i < bindings; i++)
+        binds[i] = (VkDescriptorSetLayoutBinding){
+            .binding = i,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .descriptorCount = 1,
+            .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
+        };
+    VkDescriptorSetLayoutCreateInfo lci = {
+        .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .bindingCount = bindings,
+        .pBindings = binds,
+    };
+    VkResult r = ctx->vk.vkCreateDescriptorSetLayout(ctx->device, &lci, NULL, set_layout);
+    if (r != VK_SUCCESS) {
+        *set_layout = VK_NULL_HANDLE;
+        return vk_fail(ctx, r, "vkCreateDescriptorSetLayout", err);
+    }
+    VkPushConstantRange pc = {.stageFlags = VK_SHADER_STAGE_COMPUTE_BIT, .size = push_bytes};
+    VkPipelineLayoutCreateInfo plci = {
+        .sType = VK_STRUCTURE_TYPE_PIPELINE_LAYOUT_CREATE_INFO,
+        .setLayoutCount = 1,
+        .pSetLayouts = set_layout,
+        .pushConstantRangeCount = 1,
+        .pPushConstantRanges = &pc,
+    };
+    if ((r = ctx->vk.vkCreatePipelineLayout(ctx->device, &plci, NULL, layout)) != VK_SUCCESS) {
+        *layout = VK_NULL_HANDLE;
+        return vk_fail(ctx, r, "vkCreatePipelineLayout", err);
+    }
+    return RSSM_OK;
+}
+
+rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
+                                const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
+                                VkPipelineLayout layout, VkPipeline *out, rssm_error *err)
+{
+    *out = VK_NULL_HANDLE;
+    VkShaderModuleCreateInfo mci = {
+        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
+        .codeSize = spv->size,
+        .pCode = spv->words,
+    };
+    VkShaderModule module;
+    VkResult r = ctx->vk.vkCreateShaderModule(ctx->device, &mci, NULL, &module);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreateShaderModule", err);
+    VkComputePipelineCreateInfo pci = {
+        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
+        .stage = {
+            .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
+            .pNext = stage_next,
+            .flags = stage_flags,
+            .stage = VK_SHADER_STAGE_COMPUTE_BIT,
+            .module = module,
+            .pName = "main",
+            .pSpecializationInfo = spec,
+        },
+        .layout = layout,
+    };
+    r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, out);
+    ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
+    if (r != VK_SUCCESS) {
+        *out = VK_NULL_HANDLE;
+        return vk_fail(ctx, r, "vkCreateComputePipelines", err);
+    }
+    vk_cache_store(ctx);
+    return RSSM_OK;
+}
+
 rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, VkPipeline *out,
                                rssm_error *err)
 {
@@ -75,36 +153,12 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
         .dataSize = sizeof values,
         .pData = values,
     };
-    VkShaderModuleCreateInfo mci = {
-        .sType = VK_STRUCTURE_TYPE_SHADER_MODULE_CREATE_INFO,
-        .codeSize = spv->size,
-        .pCode = spv->words,
-    };
-    VkShaderModule module;
-    VkResult r = ctx->vk.vkCreateShaderModule(ctx->device, &mci, NULL, &module);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreateShaderModule", err);
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
         .requiredSubgroupSize = ctx->subgroup_size,
     };
-    VkComputePipelineCreateInfo pci = {
-        .sType = VK_STRUCTURE_TYPE_COMPUTE_PIPELINE_CREATE_INFO,
-        .stage = {
-            .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_CREATE_INFO,
-            .pNext = ctx->subgroup_size_control ? &req : NULL,
-            .flags = ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT : 0,
-            .stage = VK_SHADER_STAGE_COMPUTE_BIT,
-            .module = module,
-            .pName = "main",
-            .pSpecializationInfo = &spec,
-        },
-        .layout = layout,
-    };
-    r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, out);
-    ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreateComputePipelines", err);
-    vk_cache_store(ctx);
-    return RSSM_OK;
+    return vk_compute_pipeline(ctx, spv, &spec, ctx->subgroup_size_control ? &req : NULL,
+                               ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
+                                                          : 0,
+                               layout, out, err);
 }
