@@ -83,11 +83,12 @@ typedef struct rssm_backend_ops {
     /* Device seconds of the last batch_run. */
     double (*batch_last_run_seconds)(void *ctx, void *batch);
     /* Records `steps` steps, step s running the `rows` headers
-     * hdr[s * rows ..], as one program; runs it once untimed and `reps`
-     * times, and returns the median device seconds of one run. Leaves the
-     * last step's outputs in the output buffers (rssm_batch_time_steps). */
+     * hdr[s * rows ..], as one program; warms up (rssm_warm_up), runs it
+     * `reps` times, and returns the median and fastest device seconds of
+     * one run. Leaves the last step's outputs in the output buffers
+     * (rssm_batch_time_steps). */
     rssm_status (*batch_time_steps)(void *ctx, void *batch, uint32_t rows, uint32_t steps,
-                                    const rssm_row_header *hdr, uint32_t reps, double *seconds,
+                                    const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing,
                                     rssm_error *err);
 
     /* Optional (NULL: rssm_backend_copy_bandwidth says unsupported).

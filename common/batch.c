@@ -163,10 +163,10 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
 }
 
 static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,
-                                             uint32_t reps, double *seconds, rssm_error *err)
+                                             uint32_t reps, rssm_timing *timing, rssm_error *err)
 {
-    if (!b || !plans || !seconds)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: batch, plans and seconds must not be NULL");
+    if (!b || !plans || !timing)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: batch, plans and timing must not be NULL");
     if (steps == 0 || steps > 4096)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: steps = %u: must be in 1..4096", steps);
     if (reps == 0 || reps > 1000)
@@ -185,7 +185,7 @@ static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint3
             .slot = plans[i].slot, .write_pos = plans[i].write_pos, .force = plans[i].force, .io = (uint32_t)(i % rows)};
     rssm_backend *be = b->pool->backend;
     if (st == RSSM_OK)
-        st = be->ops->batch_time_steps(be->ctx, b->dev, rows, steps, hdr, reps, seconds, err);
+        st = be->ops->batch_time_steps(be->ctx, b->dev, rows, steps, hdr, reps, timing, err);
     free(hdr);
     if (st != RSSM_OK)
         return st;
@@ -249,9 +249,9 @@ rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots, 
 }
 
 rssm_status rssm_batch_time_steps(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,
-                                  uint32_t reps, double *seconds, rssm_error *err)
+                                  uint32_t reps, rssm_timing *timing, rssm_error *err)
 {
-    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_time_steps_unlocked(b, rows, steps, plans, reps, seconds, err));
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, batch_time_steps_unlocked(b, rows, steps, plans, reps, timing, err));
 }
 
 rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err)

@@ -566,7 +566,7 @@ static rssm_status cpu_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm
 /* The CPU has nothing to record: the program is its steps run in turn, and
  * its time the sum of theirs. */
 static rssm_status cpu_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
-                                        const rssm_row_header *hdr, uint32_t reps, double *seconds,
+                                        const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing,
                                         rssm_error *err)
 {
     cpu_batch *b = batch;
@@ -584,7 +584,7 @@ static rssm_status cpu_batch_time_steps(void *ctx, void *batch, uint32_t rows, u
             t[r - 1] = sum;
     }
     if (st == RSSM_OK)
-        *seconds = rssm_median(t, reps);
+        *timing = rssm_timing_of(t, reps, 1 + reps);
     free(t);
     return st;
 }

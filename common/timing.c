@@ -22,3 +22,9 @@ double rssm_median(double *v, size_t n)
     qsort(v, n, sizeof v[0], compare_doubles);
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
+
+rssm_timing rssm_timing_of(double *v, size_t n, uint32_t runs)
+{
+    const double median = rssm_median(v, n); /* sorts: v[0] is the fastest */
+    return (rssm_timing){.median_seconds = median, .min_seconds = v[0], .runs = runs};
+}

@@ -3,12 +3,26 @@
 #ifndef RSSM_TIMING_H
 #define RSSM_TIMING_H
 
+#include "rssm.h"
+
 #include <stddef.h>
+#include <stdint.h>
 
 /* Seconds on a monotonic clock. */
 double rssm_now_seconds(void);
 
 /* The median of v[0..n-1], n >= 1; sorts v in place. */
 double rssm_median(double *v, size_t n);
+
+/* The median and the minimum of v[0..n-1], n >= 1, and `runs`; sorts v in
+ * place. */
+rssm_timing rssm_timing_of(double *v, size_t n, uint32_t runs);
+
+/* How long a GPU backend runs a program untimed before timing it, so that
+ * the clocks have ramped up (docs/bench.md): SM clocks on an H200 sat at
+ * 570-1200 MHz through short bursts with idle gaps between them. */
+#define RSSM_WARMUP_SECONDS 0.2
+/* The most untimed runs, for programs far shorter than that. */
+#define RSSM_WARMUP_MAX_RUNS 10000
 
 #endif

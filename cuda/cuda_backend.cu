@@ -479,8 +479,8 @@ double cuda_batch_last_run_seconds(void *ctx, void *batch)
 /* Median device seconds of `reps` event-timed runs of `launch` on the
  * context's stream, after one untimed run. */
 template <typename Launch>
-rssm_status median_seconds(CudaCtx *c, uint32_t reps, double *seconds, rssm_error *err, const char *what,
-                           Launch launch)
+rssm_status time_runs(CudaCtx *c, uint32_t reps, bool warm, rssm_timing *timing, rssm_error *err,
+                      const char *what, Launch launch)
 {
     double *t = static_cast<double *>(malloc(reps * sizeof *t));
     if (!t)
@@ -489,7 +489,18 @@ rssm_status median_seconds(CudaCtx *c, uint32_t reps, double *seconds, rssm_erro
     cudaError_t e = cudaEventCreate(&e0);
     if (e == cudaSuccess)
         e = cudaEventCreate(&e1);
-    for (uint32_t r = 0; r <= reps && e == cudaSuccess; ++r) {
+    /* Untimed until the clocks have ramped up (RSSM_WARMUP_SECONDS), at
+     * least once; then the timed runs back to back. */
+    const double warm_start = rssm_now_seconds();
+    uint32_t warm_runs = 0;
+    while (e == cudaSuccess) {
+        e = launch();
+        if (e == cudaSuccess)
+            e = cudaStreamSynchronize(c->stream);
+        if (!warm || ++warm_runs >= RSSM_WARMUP_MAX_RUNS || rssm_now_seconds() - warm_start >= RSSM_WARMUP_SECONDS)
+            break;
+    }
+    for (uint32_t r = 1; r <= reps && e == cudaSuccess; ++r) {
         e = cudaEventRecord(e0, c->stream);
         if (e == cudaSuccess)
             e = launch();
@@ -500,15 +511,14 @@ rssm_status median_seconds(CudaCtx *c, uint32_t reps, double *seconds, rssm_erro
         float ms = 0.0f;
         if (e == cudaSuccess)
             e = cudaEventElapsedTime(&ms, e0, e1);
-        if (r > 0) /* the first run is the untimed one */
-            t[r - 1] = (double)ms * 1e-3;
+        t[r - 1] = (double)ms * 1e-3;
     }
     if (e0)
         cudaEventDestroy(e0);
     if (e1)
         cudaEventDestroy(e1);
     if (e == cudaSuccess)
-        *seconds = rssm_median(t, reps);
+        *timing = rssm_timing_of(t, reps, (warm ? warm_runs : 1) + reps);
     free(t);
     return e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, what);
 }
@@ -517,7 +527,7 @@ rssm_status median_seconds(CudaCtx *c, uint32_t reps, double *seconds, rssm_erro
  * reading its own copy of the header (docs/design.md §7: what is timed is a
  * whole ring cycle as the engine would replay it, launch gaps included). */
 rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
-                                  const rssm_row_header *hdr, uint32_t reps, double *seconds, rssm_error *err)
+                                  const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing, rssm_error *err)
 {
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
@@ -557,7 +567,7 @@ rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_
     free(host);
     rssm_status st = e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, "recording the timed program");
     if (st == RSSM_OK)
-        st = median_seconds(c, reps, seconds, err, "running the timed program",
+        st = time_runs(c, reps, true, timing, err, "running the timed program",
                             [&] { return cudaGraphLaunch(exec, c->stream); });
     if (exec)
         cudaGraphExecDestroy(exec);
@@ -576,13 +586,14 @@ rssm_status cuda_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint3
     CudaPool *p = static_cast<CudaPool *>(pool);
     double best = 0.0;
     for (uint32_t shape = 0; shape < RSSM_CUDA_INPLACE_SHAPES; ++shape) {
-        double t = 0.0;
-        const rssm_status st = median_seconds(c, reps, &t, err, "the in-place pass", [&] {
+        rssm_timing t = {0.0, 0.0, 0};
+        /* A flip is the tests' mode: exactly 1 + reps passes. */
+        const rssm_status st = time_runs(c, reps, flip == 0, &t, err, "the in-place pass", [&] {
             return rssm_cuda_inplace_pass(p->mem, bytes, shape, c->prop.multiProcessorCount, flip, c->stream);
         });
         if (st != RSSM_OK)
             return st;
-        best = shape == 0 || t < best ? t : best;
+        best = shape == 0 || t.median_seconds < best ? t.median_seconds : best;
     }
     *seconds = best;
     return rssm_clear_error(err);
@@ -599,15 +610,15 @@ rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error
     if (e == cudaSuccess)
         e = cudaMemsetAsync(src, 0x5a, bytes, c->stream);
     rssm_status st = e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, "copy bandwidth");
-    double t = 0.0;
+    rssm_timing t = {0.0, 0.0, 0};
     if (st == RSSM_OK)
-        st = median_seconds(c, 9, &t, err, "copy bandwidth",
-                            [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream); });
+        st = time_runs(c, 9, true, &t, err, "copy bandwidth",
+                       [&] { return cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, c->stream); });
     cudaFree(src);
     cudaFree(dst);
     if (st != RSSM_OK)
         return st;
-    *bps = 2.0 * (double)bytes / t;
+    *bps = 2.0 * (double)bytes / t.median_seconds;
     return rssm_clear_error(err);
 }
 

@@ -351,10 +351,22 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
 
 /* ------------------------------------------------------------- benchmarks */
 
+/* What a benchmark entry measured over its timed runs, in seconds of
+ * device time per run. */
+typedef struct rssm_timing {
+    double median_seconds;
+    double min_seconds;
+    uint32_t runs;  /* runs in all: the untimed ones, then the timed ones */
+} rssm_timing;
+
 /* Times a program of `steps` steps of `rows` rows, recorded once as one
- * device program (one CUDA graph, one Vulkan command buffer; the CPU runs
- * the steps in a loop): it runs once untimed, then `reps` times, and
- * *seconds is the median device time of one run of the whole program.
+ * device program (one CUDA graph of one launch per layer, one Vulkan
+ * command buffer of one dispatch per layer, each layer waiting for the one
+ * before it as in a model; the CPU runs the steps in a loop): it runs
+ * untimed until the device is warm (at least once; on a GPU for a fraction
+ * of a second, docs/bench.md), then `reps` times back to back,
+ * and *timing holds the median and the fastest device time of one run of
+ * the whole program.
  * Step s runs the rows plans[s * rows .. s * rows + rows - 1] on the inputs
  * of the last rssm_batch_upload; each plan is checked as rssm_pool_commit
  * checks one, except that its write_pos need not be the slot's own. The
@@ -364,7 +376,7 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
  * outputs of the program's last step. steps in 1..4096, reps in 1..1000. */
 rssm_status rssm_batch_time_steps(rssm_batch *b, uint32_t rows, uint32_t steps,
                                   const rssm_row_plan *plans, uint32_t reps,
-                                  double *seconds, rssm_error *err);
+                                  rssm_timing *timing, rssm_error *err);
 
 /* The in-place bound of a step that touches the whole pool: the median
  * device time of `reps` passes (after one untimed) that each read every

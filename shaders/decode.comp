@@ -17,10 +17,14 @@
 // the two agree bit for bit.
 //
 // Work split: the workgroup is SG_COUNT subgroups. Per-channel work (gates,
-// decays, ring coefficients) is spread over all invocations; the V state rows
-// go to subgroups in blocks of ROW_BLOCK rows, whose invocations split a
-// row's K channels in quads (16-byte loads) and reduce the block's rows with
-// one subgroupAdd. 16-bit arrays are written in whole words.
+// decays) is spread over all invocations, the ring coefficients over all
+// (entry, channel quad) pairs; the V state rows go to subgroups in blocks of
+// ROW_BLOCK rows, whose invocations split a row's K channels in quads
+// (16-byte loads) and its ring entries (one d_j[v] each), and reduce the
+// block's rows with one subgroupAdd. 16-bit arrays are written in whole words.
+// No invocation keeps an array indexed by ring entry: on a GPU such an array
+// lives in local (off-chip) memory, which made the first version of this
+// kernel several times slower than packed (docs/design.md §8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -58,6 +62,12 @@ layout(constant_id = 8) const uint TILE_M = 16u;
 layout(constant_id = 9) const uint TILE_N = 16u;
 layout(constant_id = 10) const uint TILE_K = 16u;
 layout(local_size_x_id = 11) in;                    // SG_COUNT * SG_SIZE
+// Replay: which rows of the step this pipeline runs, 0 those that do not
+// flush, 1 those that do (the other pipeline's workgroups return at once).
+// Only a flush needs KK_j and the tiles in shared memory, and a GPU keeps
+// fewer workgroups resident the more shared memory each takes: the
+// read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
+layout(constant_id = 12) const uint FLUSH_ROWS = 1u;
 
 // Must match VK_SUBGROUPS_PER_WORKGROUP in vk/vk_internal.h.
 const uint SG_COUNT = 4u;
@@ -66,6 +76,8 @@ const uint RING_CAP = RING_LEN - 1u;
 // Channel quads one invocation holds of a state row.
 const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 // State rows a subgroup reads at once (the readout reduces them together).
+// A literal: the NVIDIA compiler kept arrays sized by a specialization
+// constant expression in local (off-chip) memory.
 const uint ROW_BLOCK = 4u;
 
 layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
@@ -148,15 +160,16 @@ shared vec4 s_wk4[KQ];  // alpha * Gamma * k
 shared float s_d[HEAD_V];   // d, full precision
 shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
+// An array that only the flush pipeline uses: one element elsewhere.
+#define FLUSH_ONLY(n) (1u + ((n) - 1u) * FLUSH_ROWS)
 
 #if RSSM_REPLAY
-shared float s_gam[RING_LEN];  // GDN: alpha * gamma_j
-shared vec2 s_cpart[SG_COUNT * RING_LEN];  // (c_j(q), c_j(k)), one subgroup's share
-shared float s_rq[HEAD_V];     // the ring's share of Sbar q: sum_j d_j c_j(q)
-shared float s_rk[HEAD_V];     // and of Sbar k
+shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
+// Ring entries a lane of a row's subgroup reads (entry lane + i * SG_SIZE).
+const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 // Ring entry j's d[v], read from the pool where it is used, not staged in
-// shared memory: the ring readout reads each value once, and a flush's row
-// update once more with one index for its whole subgroup.
+// shared memory: the readout reads each value once (one lane per entry), and
+// a flush's row update once more with one index for its whole subgroup.
 #define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #define RING_D2(j, v) pool_load2(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #endif
@@ -167,11 +180,11 @@ shared float s_rk[HEAD_V];     // and of Sbar k
 const uint PAD_V = (HEAD_V + TILE_M - 1u) / TILE_M * TILE_M;
 const uint PAD_J = (RING_LEN + TILE_K - 1u) / TILE_K * TILE_K;
 const uint PAD_K = (HEAD_K + TILE_N - 1u) / TILE_N * TILE_N;
-shared TILE_AB_T s_dx[PAD_V * PAD_J];  // [V][j]: d_0..d_{n-1}, zeros
-shared TILE_AB_T s_kx[PAD_J * PAD_K];  // [j][K]: KK_0..KK_{n-1}, zeros
+shared TILE_AB_T s_dx[FLUSH_ONLY(PAD_V * PAD_J)];  // [V][j]: d_0..d_{n-1}, zeros
+shared TILE_AB_T s_kx[FLUSH_ONLY(PAD_J * PAD_K)];  // [j][K]: KK_0..KK_{n-1}, zeros
 #if RSSM_TILES == 1
 const uint KK_STRIDE = HEAD_K;
-shared float s_kk[RING_LEN * HEAD_K];  // fp32 KK for the readout
+shared float s_kk[FLUSH_ONLY(RING_LEN * HEAD_K)];  // fp32 KK for the row update
 const uint TILE_SCRATCH = TILE_M * TILE_N;
 #else
 // The emulation keeps KK in fp32 in s_kx itself and rounds on tile load.
@@ -179,7 +192,7 @@ const uint TILE_SCRATCH = TILE_M * TILE_N;
 const uint KK_STRIDE = PAD_K;
 const uint TILE_SCRATCH = TILE_M * TILE_K + TILE_K * TILE_N;  // >= TILE_M*TILE_N
 #endif
-shared float s_tile[SG_COUNT * TILE_SCRATCH];
+shared float s_tile[FLUSH_ONLY(SG_COUNT * TILE_SCRATCH)];
 #define KK4(j, q) vec4(s_kk[(j) * KK_STRIDE + 4u * (q)], s_kk[(j) * KK_STRIDE + 4u * (q) + 1u], \
                        s_kk[(j) * KK_STRIDE + 4u * (q) + 2u], s_kk[(j) * KK_STRIDE + 4u * (q) + 3u])
 void kk4_set(uint j, uint q, vec4 x)
@@ -190,7 +203,7 @@ void kk4_set(uint j, uint q, vec4 x)
     s_kk[j * KK_STRIDE + 4u * q + 3u] = x.w;
 }
 #elif RSSM_REPLAY
-shared vec4 s_kk4[RING_LEN * KQ];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
+shared vec4 s_kk4[FLUSH_ONLY(RING_LEN * KQ)];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
 #define KK4(j, q) s_kk4[(j) * KQ + (q)]
 void kk4_set(uint j, uint q, vec4 x) { s_kk4[j * KQ + q] = x; }
 #endif
@@ -236,11 +249,17 @@ float gate_g(float a, float alog, float bias)
 // the row and quad loops must unroll so pq, d and the caller's rows stay in
 // registers (an indexed array is a memory round trip per element on a CPU
 // device, where a subgroup is one SIMD register).
+// The ring's share of row v's readout, sum_j d_j[v] c_j, one entry per lane,
+// joins the lane's partial sums before the one reduction.
 #if RSSM_REPLAY
 #define RSSM_READOUT_RING(r, v)                                                    \
-    if (n > 0u) {                                                                  \
-        sq[r] += s_rq[v];                                                          \
-        sk[r] += s_rk[v];                                                          \
+    for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
+        const uint j = lane + jb * SG_SIZE;                                        \
+        if (v < V && j < n) {                                                      \
+            const float dj = RING_D(j, v);                                         \
+            pq[r] += dj * s_c[j].x;                                                \
+            pk[r] += dj * s_c[j].y;                                                \
+        }                                                                          \
     }
 #else
 #define RSSM_READOUT_RING(r, v)
@@ -267,6 +286,7 @@ float gate_g(float a, float alog, float bias)
                 pk[r] += cv.w * wk.w;                                              \
             }                                                                      \
         }                                                                          \
+        RSSM_READOUT_RING(r, v)                                                    \
     }                                                                              \
     precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));               \
     precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));               \
@@ -275,7 +295,6 @@ float gate_g(float a, float alog, float bias)
         const uint v = v0 + r * SG_COUNT;                                          \
         d[r] = 0.0;                                                                \
         if (v < V) {                                                               \
-            RSSM_READOUT_RING(r, v)                                                \
             precise const float dv = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk[r]); \
             precise const float o = sq[r] + dv * kq;                               \
             d[r] = dv;                                                             \
@@ -298,6 +317,8 @@ void main()
     // min(): a corrupt header must not send the kernel outside the ring.
     const uint n = min(hdr.w[hrow + RSSM_ROW_WRITE_POS], RING_CAP);
     const bool flush = n == RING_CAP || hdr.w[hrow + RSSM_ROW_FORCE] != 0u;
+    if (flush != (FLUSH_ROWS != 0u))
+        return; // the other pipeline's row: uniform for the whole workgroup
 #else
     const uint n = 0u;
     const bool flush = true;
@@ -345,33 +366,8 @@ void main()
     // GDN: one decay; every invocation computes it.
     const float g_head = kda ? 0.0 : gate_g(gate.w[g_index], a_log.w[layer * HV + hv], dt_bias.w[layer * HV + hv]);
 
-#if RSSM_REPLAY
-    // GDN: s = sum of the ring's g from the newest entry back, in fp32; each
-    // invocation walks it and keeps exp() of the entries it owns.
-    float gdn_s = 0.0;
-    if (!kda) {
-        const float alpha = exp(g_head);
-        for (uint jj = 0u; jj < n; jj++) {
-            uint j = n - 1u - jj;
-            if (j % WG_SIZE == t)
-                s_gam[j] = alpha * exp(gdn_s);
-            gdn_s += uintBitsToFloat(pool.w[rg_base + hv * RING_CAP + j]);
-        }
-        barrier();
-    }
-#endif
-
-    // Per channel quad: normalise, decays, ring coefficients KK_j and this
-    // invocation's share of c_j(q), c_j(k) (cpq, cpk: entry n-1-jj), taken
-    // from KK_j while it is in registers; KK_j itself is kept only for a
-    // flush.
-#if RSSM_REPLAY
-    float cpq[RING_LEN], cpk[RING_LEN];
-    for (uint jj = 0u; jj < RING_CAP; jj++) {
-        cpq[jj] = 0.0;
-        cpk[jj] = 0.0;
-    }
-#endif
+    // Per channel quad: normalise, this step's decay alpha; with an empty
+    // ring alpha * Gamma is alpha (Gamma = 1), else it comes with the ring.
     for (uint cq = t; cq < KQ; cq += WG_SIZE) {
         const uint c = 4u * cq;
         const vec4 qn = s_q4[cq] * qs, kn = s_k4[cq] * rk;
@@ -387,75 +383,52 @@ void main()
                      gate_g(gate.w[g_index + c + 3u], alog, dt_bias.w[bias + 3u]));
             s_g4[cq] = g;
         }
-        const vec4 alpha = exp(g);
-        vec4 Gamma = vec4(1.0);
-#if RSSM_REPLAY
-        // Newest entry first (KDA sums g that way). A constant trip count
-        // keeps cpq, cpk out of memory: the loop unrolls.
-        vec4 s = vec4(0.0);
-        for (uint jj = 0u; jj < RING_CAP; jj++) {
-            if (jj < n) {
-                const uint j = n - 1u - jj;
-                const vec4 kj = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
-                const vec4 kk = kda ? kj * (exp(s) * alpha) : kj * s_gam[j];
-                if (flush)
-                    kk4_set(j, cq, kk);
-                cpq[jj] += dot4(kk, qn);
-                cpk[jj] += dot4(kk, kn);
-                if (kda)
-                    s += uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + c) >> 2]);
-            }
-        }
-        if (n > 0u)
-            Gamma = kda ? exp(s) : vec4(exp(gdn_s));
-#endif
-        const vec4 ag = alpha * Gamma;
-        s_ag4[cq] = ag;
-        s_wq4[cq] = ag * qn;
-        s_wk4[cq] = ag * kn;
-    }
-#if RSSM_REPLAY
-    for (uint jj = 0u; jj < RING_CAP; jj++) {
-        if (jj < n) {
-            const vec2 c = subgroupAdd(vec2(cpq[jj], cpk[jj]));
-            if (subgroupElect())
-                s_cpart[sg * RING_LEN + n - 1u - jj] = c;
+        if (n == 0u) {
+            const vec4 ag = exp(g);
+            s_ag4[cq] = ag;
+            s_wq4[cq] = ag * qn;
+            s_wk4[cq] = ag * kn;
         }
     }
-#endif
-    barrier();
-
 #if RSSM_REPLAY
-    // The ring's share of the readout, sum_j d_j[v] c_j, two rows per
-    // invocation (one word of a 16-bit ring): c_j is the same for all rows,
-    // and no row needs a reduction.
     if (n > 0u) {
-        float cq_r[RING_LEN], ck_r[RING_LEN];
-        for (uint j = 0u; j < RING_CAP; j++) {
-            vec2 c = vec2(0.0);
-            if (j < n)
-                for (uint i = 0u; i < SG_COUNT; i++)
-                    c += s_cpart[i * RING_LEN + j];
-            cq_r[j] = c.x;
-            ck_r[j] = c.y;
-        }
-        for (uint v = 2u * t; v < V; v += 2u * WG_SIZE) {
-            precise vec2 rq = vec2(0.0), rk = vec2(0.0);
-            for (uint j = 0u; j < RING_CAP; j++) {
-                if (j < n) {
-                    const vec2 dj = RING_D2(j, v);
-                    rq += dj * cq_r[j];
-                    rk += dj * ck_r[j];
+        barrier();
+        // Entry j on subgroup j % SG_COUNT, its lanes over the channel quads:
+        // KK_j = k_j gamma_j alpha, gamma_j = exp(sum of g_i, j < i < n),
+        // summed from the newest entry back in fp32 (docs/design.md §1), and
+        // c_j(x) = KK_j . x for x in {q, k} in one reduction. The lanes of
+        // entry 0 go on to g_0 for Gamma and the checkpoint's readout
+        // weights. Only a flush keeps KK_j, in shared memory.
+        for (uint j = sg; j < n; j += SG_COUNT) {
+            vec2 cj = vec2(0.0);
+            for (uint cq = lane; cq < KQ; cq += SG_SIZE) {
+                const uint c = 4u * cq;
+                vec4 s = vec4(0.0);
+                for (uint i = n - 1u; i > j; i--)
+                    s += kda ? uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + i) * K + c) >> 2])
+                             : vec4(uintBitsToFloat(pool.w[rg_base + hv * RING_CAP + i]));
+                const vec4 alpha = exp(kda ? s_g4[cq] : vec4(g_head));
+                const vec4 kj = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
+                const vec4 kk = kj * (exp(s) * alpha);
+                if (FLUSH_ROWS != 0u)
+                    kk4_set(j, cq, kk);
+                cj += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq]));
+                if (j == 0u) {
+                    s += kda ? uintBitsToFloat(pool4.w[(rg_base + hv * RING_CAP * K + c) >> 2])
+                             : vec4(uintBitsToFloat(pool.w[rg_base + hv * RING_CAP]));
+                    const vec4 ag = alpha * exp(s);
+                    s_ag4[cq] = ag;
+                    s_wq4[cq] = ag * s_q4[cq];
+                    s_wk4[cq] = ag * s_k4[cq];
                 }
             }
-            s_rq[v] = rq.x;
-            s_rq[v + 1u] = rq.y;
-            s_rk[v] = rk.x;
-            s_rk[v + 1u] = rk.y;
+            cj = subgroupAdd(cj);
+            if (subgroupElect())
+                s_c[j] = cj;
         }
     }
-    barrier();
 #endif
+    barrier();
 
     // ---- 2. readout (and the row-wise flush), ROW_BLOCK rows at a time -------
     // A subgroup takes rows v0, v0 + SG_COUNT, ... of its block together, so

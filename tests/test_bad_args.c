@@ -373,7 +373,7 @@ CASE(download_before_run, {
 })
 CASE(seconds_null_batch, { double s; return rssm_batch_last_run_seconds(NULL, &s, err); })
 CASE(seconds_null_out, { return rssm_batch_last_run_seconds(f->e.batch, NULL, err); })
-CASE(time_null_plans, { double s; return rssm_batch_time_steps(f->e.batch, ROWS, 1, NULL, 1, &s, err); })
+CASE(time_null_plans, { rssm_timing s; return rssm_batch_time_steps(f->e.batch, ROWS, 1, NULL, 1, &s, err); })
 CASE(time_null_out, {
     rssm_row_plan p[ROWS];
     fx_plan(f, p);
@@ -382,7 +382,7 @@ CASE(time_null_out, {
 CASE(time_steps_big, {
     rssm_row_plan p[ROWS];
     fx_plan(f, p);
-    double s;
+    rssm_timing s;
     return rssm_batch_time_steps(f->e.batch, ROWS, 4097, p, 1, &s, err);
 })
 CASE(inplace_null_pool, { double s; return rssm_pool_inplace_seconds(NULL, 1, &s, err); })

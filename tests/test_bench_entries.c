@@ -1,6 +1,6 @@
 /* The benchmark entries (include/rssm.h): a program timed by
  * rssm_batch_time_steps runs exactly its steps, as many times as it says
- * (one untimed run, then reps), and leaves the pool's write positions
+ * (its untimed warm-up runs, then reps), and leaves the pool's write positions
  * alone; a bad plan is refused before anything runs; the in-place pass
  * leaves the pool's bytes as they were, and (with a flip) touches every
  * word of them. On every backend that starts here. */
@@ -94,7 +94,8 @@ static void expect_same_state(const char *backend, ts_env *x, ts_env *y)
     free(sy);
 }
 
-/* Whole cycles timed on pool a = the same steps run 1 + REPS times on b. */
+/* Whole cycles timed on pool a = the same steps run on b as often as the
+ * timing says the program ran. */
 static void check_program_is_its_steps(const char *backend, rssm_gate_kind kind, rssm_flush_policy policy)
 {
     rssm_model m = ts_small_model(kind, 2, L);
@@ -111,11 +112,14 @@ static void check_program_is_its_steps(const char *backend, rssm_gate_kind kind,
         TS_OK(rssm_batch_run(t.b.batch, ROWS, kSlots, seq_b, 0, &err), &err);
     }
     rssm_row_plan *plans = cycle_plans(t.a.pool, seq_a, L);
-    double sec = -1.0;
-    TS_OK(rssm_batch_time_steps(t.a.batch, ROWS, L, plans, REPS, &sec, &err), &err);
-    if (!(sec > 0.0 && isfinite(sec)))
-        fail_msg("%s: time_steps reported %g s", backend, sec);
-    for (uint32_t s = 0; s < (1 + REPS) * L; s++) {
+    rssm_timing tm = {-1.0, -1.0, 0};
+    TS_OK(rssm_batch_time_steps(t.a.batch, ROWS, L, plans, REPS, &tm, &err), &err);
+    if (!(tm.min_seconds > 0.0 && tm.min_seconds <= tm.median_seconds && isfinite(tm.median_seconds)))
+        fail_msg("%s: time_steps reported %g s (fastest %g s)", backend, tm.median_seconds, tm.min_seconds);
+    if (tm.runs < 1 + REPS)
+        fail_msg("%s: time_steps says it ran %u times; at least one untimed run and %d timed", backend, tm.runs,
+                 REPS);
+    for (uint32_t s = 0; s < tm.runs * L; s++) {
         for (int i = 0; i < ROWS; i++)
             seq_b[i]++;
         TS_OK(rssm_batch_run(t.b.batch, ROWS, kSlots, seq_b, 0, &err), &err);
@@ -153,28 +157,28 @@ static void check_refusals(const char *backend)
     rssm_row_plan good[ROWS], bad[ROWS];
     for (uint32_t i = 0; i < ROWS; i++)
         good[i] = (rssm_row_plan){.slot = i, .write_pos = 1, .force = 0, .is_flush = 0};
-    double sec = 0.0;
+    rssm_timing tm;
     /* Nothing uploaded yet. */
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, good, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "uploaded");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, good, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "uploaded");
     TS_OK(rssm_batch_upload(e.batch, ROWS, &in.in, &err), &err);
     ts_pool_snapshot snap;
     ts_snapshot_take(&snap, e.pool);
-    EXPECT_REFUSED(rssm_batch_time_steps(NULL, ROWS, 1, good, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "NULL");
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 0, good, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "steps");
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, good, 0, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "reps");
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS - 1, 1, good, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "uploaded");
+    EXPECT_REFUSED(rssm_batch_time_steps(NULL, ROWS, 1, good, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "NULL");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 0, good, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "steps");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, good, 0, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "reps");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS - 1, 1, good, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "uploaded");
     memcpy(bad, good, sizeof bad);
     bad[1].write_pos = L;
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "write_pos");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "write_pos");
     memcpy(bad, good, sizeof bad);
     bad[2].is_flush = 1;
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "is_flush");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "is_flush");
     memcpy(bad, good, sizeof bad);
     bad[2].slot = 0;
-    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &sec, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "twice");
+    EXPECT_REFUSED(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &tm, &err), RSSM_ERR_INVALID_ARGUMENT, &err, "twice");
     memcpy(bad, good, sizeof bad);
     bad[0].slot = ROWS; /* in range, not allocated */
-    TS_EXPECT(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &sec, &err), RSSM_ERR_BAD_SLOT, &err);
+    TS_EXPECT(rssm_batch_time_steps(e.batch, ROWS, 1, bad, 1, &tm, &err), RSSM_ERR_BAD_SLOT, &err);
     ts_snapshot_expect_equal(&snap, e.pool);
     /* Downloading before any run is refused; a refused program is no run. */
     float *out = malloc(ts_out_elems(&m, ROWS) * sizeof *out);
@@ -184,7 +188,7 @@ static void check_refusals(const char *backend)
     rssm_row_plan rep[2 * ROWS];
     memcpy(rep, good, sizeof good);
     memcpy(rep + ROWS, good, sizeof good);
-    TS_OK(rssm_batch_time_steps(e.batch, ROWS, 2, rep, 1, &sec, &err), &err);
+    TS_OK(rssm_batch_time_steps(e.batch, ROWS, 2, rep, 1, &tm, &err), &err);
     TS_OK(rssm_batch_download(e.batch, ROWS, out, &err), &err);
     for (uint32_t s = 0; s < ROWS; s++) {
         uint32_t wp;

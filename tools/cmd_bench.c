@@ -27,8 +27,9 @@ static void help(void)
            "a flush); one that fails is reported as 'incorrect' and not timed. A timing is\n"
            "one whole ring cycle (L consecutive steps, the flush included; L steps of the\n"
            "packed decode) recorded once as one device program (a CUDA graph, one Vulkan\n"
-           "command buffer), run once untimed and then --cycles times: the median, per\n"
-           "step. For uniform positions, the empty-ring, full-ring (n = L-2) and flush\n"
+           "command buffer; one launch per layer, each after the one before it), run\n"
+           "untimed until a GPU is warm (0.2 s) and then --cycles times: the median, per\n"
+           "step; 'spread' is the median over the fastest run. For uniform positions, the empty-ring, full-ring (n = L-2) and flush\n"
            "steps are timed the same way, as programs of L steps at that position. Enough\n"
            "layers are used that the state touched per step exceeds --state-mib, so it is\n"
            "not cache-resident. Measured in the same run: the copy bandwidth, and the\n"
@@ -71,7 +72,8 @@ typedef struct bench_opts {
 
 /* What one timed configuration measured. */
 typedef struct timing {
-    double seconds, bytes;  /* one run of the program of `steps` steps */
+    double seconds, bytes;  /* one run of the program of `steps` steps: median */
+    double min_seconds;     /* its fastest run */
     uint32_t steps, layers;
     double pos_seconds[3];  /* per step: empty ring, full ring (n = L-2), flush;
                                NAN unless measured (uniform replay only) */
@@ -268,18 +270,21 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
     }
     for (size_t i = 0; i < (size_t)cycle_steps * rows; i++)
         t->bytes += rh_traffic_row_bytes(m, plan[i].write_pos, (int)plan[i].is_flush);
-    if ((st = rssm_batch_time_steps(batch, rows, cycle_steps, plan, reps, &t->seconds, err)) != RSSM_OK)
+    rssm_timing cycle;
+    if ((st = rssm_batch_time_steps(batch, rows, cycle_steps, plan, reps, &cycle, err)) != RSSM_OK)
         goto done;
+    t->seconds = cycle.median_seconds;
+    t->min_seconds = cycle.min_seconds;
     t->steps = cycle_steps;
     if (positions && L >= 2) {
         const uint32_t at[3] = {0, L - 2, L - 1}; /* empty ring, full ring, flush */
         for (int k = 0; k < 3; k++) {
             for (uint32_t s = 0; s < L; s++)
                 plans_at(plan + (size_t)s * rows, slots, rows, at[k], L);
-            double sec;
-            if ((st = rssm_batch_time_steps(batch, rows, L, plan, reps, &sec, err)) != RSSM_OK)
+            rssm_timing pos;
+            if ((st = rssm_batch_time_steps(batch, rows, L, plan, reps, &pos, err)) != RSSM_OK)
                 goto done;
-            t->pos_seconds[k] = sec / L;
+            t->pos_seconds[k] = pos.median_seconds / L;
         }
     }
     if (!m->replay) {
@@ -346,13 +351,20 @@ static uint32_t pick_layers(const rssm_model *m, uint32_t rows, double target)
 static double us_per_step(const timing *t) { return t->steps ? 1e6 * t->seconds / t->steps : NAN; }
 static double gbs(const timing *t) { return t->seconds > 0 ? t->bytes / t->seconds / 1e9 : NAN; }
 static double inplace_us(const timing *t) { return 1e6 * t->inplace_seconds; }
+static double min_us_per_step(const timing *t) { return t->steps ? 1e6 * t->min_seconds / t->steps : NAN; }
+/* How far the median run is above the fastest, the worse of the two kernels. */
+static double spread(const result_row *r)
+{
+    const double p = r->packed.seconds / r->packed.min_seconds, q = r->replay.seconds / r->replay.min_seconds;
+    return p > q ? p : q;
+}
 static double pos_us(const timing *t, int i) { return 1e6 * t->pos_seconds[i]; }
 
 static void print_table_header(void)
 {
-    printf("%-4s %-5s %3s %5s %-9s %6s | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s\n",
+    printf("%-4s %-5s %3s %5s %-9s %6s | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %6s | %s\n",
            "gate", "state", "L", "batch", "positions", "layers", "packed us", "GB/s", "%copy", "inplace us",
-           "%inpl", "replay us", "GB/s", "%copy", "speedup", "empty", "full", "flush", "status");
+           "%inpl", "replay us", "GB/s", "%copy", "speedup", "empty", "full", "flush", "spread", "status");
 }
 
 static void fmt(char *buf, size_t n, const char *f, double x)
@@ -365,7 +377,7 @@ static void fmt(char *buf, size_t n, const char *f, double x)
 
 static void print_table_row(const result_row *r, double copy_bps)
 {
-    char pu[16], pg[16], pp[16], iu[16], ip[16], ru[16], rg[16], rp[16], sp[16], e[16], f[16], fl[16];
+    char pu[16], pg[16], pp[16], iu[16], ip[16], ru[16], rg[16], rp[16], sp[16], e[16], f[16], fl[16], sd[16];
     double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay), ius = inplace_us(&r->packed);
     fmt(pu, sizeof pu, "%.1f", pus);
     fmt(pg, sizeof pg, "%.2f", gbs(&r->packed));
@@ -380,9 +392,10 @@ static void print_table_row(const result_row *r, double copy_bps)
     fmt(e, sizeof e, "%.2fx", pus / pos_us(&r->replay, 0));
     fmt(f, sizeof f, "%.2fx", pus / pos_us(&r->replay, 1));
     fmt(fl, sizeof fl, "%.2fx", pus / pos_us(&r->replay, 2));
-    printf("%-4s %-5s %3u %5u %-9s %6u | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %s%s%s\n",
+    fmt(sd, sizeof sd, "%.3f", spread(r));
+    printf("%-4s %-5s %3u %5u %-9s %6u | %10s %8s %6s %10s %6s | %10s %8s %6s | %7s | %6s %6s %6s | %6s | %s%s%s\n",
            r->gate, r->state, r->L, r->batch, r->positions, r->layers, pu, pg, pp, iu, ip, ru, rg, rp, sp, e, f,
-           fl, r->status, r->note[0] ? ": " : "", r->note);
+           fl, sd, r->status, r->note[0] ? ": " : "", r->note);
     fflush(stdout);
 }
 
@@ -417,16 +430,18 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
     }
     fprintf(f, "backend,gate,state_dtype,ring_dtype,io_dtype,ring_len,batch,positions,layers,status,"
                "packed_us,packed_gbs,packed_pct_copy,inplace_us,replay_us,replay_gbs,replay_pct_copy,speedup,"
-               "empty_us,full_us,flush_us,copy_gbs,note\n");
+               "empty_us,full_us,flush_us,copy_gbs,packed_min_us,replay_min_us,note\n");
     for (size_t i = 0; i < n; i++) {
         const result_row *r = &rows[i];
         double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
-        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%s,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,\"%s\"\n",
+        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%s,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,"
+                   "\"%s\"\n",
                 backend, r->gate, r->state, rssm_dtype_name(o->ring_dtype), rssm_dtype_name(o->io_dtype), r->L,
                 r->batch, r->positions, r->layers, r->status, pus, gbs(&r->packed),
                 100.0 * gbs(&r->packed) * 1e9 / copy_bps, inplace_us(&r->packed), rus, gbs(&r->replay),
                 100.0 * gbs(&r->replay) * 1e9 / copy_bps, pus / rus, pos_us(&r->replay, 0), pos_us(&r->replay, 1),
-                pos_us(&r->replay, 2), copy_bps / 1e9, r->note);
+                pos_us(&r->replay, 2), copy_bps / 1e9, min_us_per_step(&r->packed), min_us_per_step(&r->replay),
+                r->note);
     }
     int ok = fclose(f) == 0;
     snprintf(path, sizeof path, "%s.json", prefix);
@@ -455,7 +470,9 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
         json_num(f, "packed_us", pus, 1);
         json_num(f, "packed_gbs", gbs(&r->packed), 1);
         json_num(f, "inplace_us", inplace_us(&r->packed), 1);
+        json_num(f, "packed_min_us", min_us_per_step(&r->packed), 1);
         json_num(f, "replay_us", rus, 1);
+        json_num(f, "replay_min_us", min_us_per_step(&r->replay), 1);
         json_num(f, "replay_gbs", gbs(&r->replay), 1);
         json_num(f, "speedup", pus / rus, 1);
         json_num(f, "empty_us", pos_us(&r->replay, 0), 1);

@@ -38,7 +38,7 @@ static rssm_status vk_supports(void *vctx, const rssm_model *m, rssm_error *err)
                               "vulkan: HV=%u heads x %u layers exceed the device's dispatch limits (%u, %u)",
                               m->num_v_heads, m->layers, lim->maxComputeWorkGroupCount[0],
                               lim->maxComputeWorkGroupCount[2]);
-    if (m->replay && ctx->kernels != VK_KERNELS_PORTABLE) {
+    if (vk_uses_tiles(ctx, m)) {
         /* Tiles are distributed over whole subgroups. */
         uint32_t s = ctx->subgroup_size;
         if ((ctx->tile_m * ctx->tile_n) % s || (ctx->tile_m * ctx->tile_k) % s || (ctx->tile_k * ctx->tile_n) % s)
@@ -133,17 +133,17 @@ static rssm_status vk_slot_write(void *vctx, void *vpool, uint32_t slot, const v
     return slot_copy(ctx, p, slot, false, err);
 }
 
-/* The `_cm` kernels round the flush's tile operands to fp16; they run only
- * when a flush can find ring entries (replay with L > 1). */
+/* The `_cm` kernels round the flush's tile operands to fp16; they matter
+ * only when a flush can find ring entries (replay with L > 1). */
 static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
 {
-    const vk_ctx *ctx = vctx;
-    const bool tiles = ctx->kernels == VK_KERNELS_COOPMAT || ctx->kernels == VK_KERNELS_COOPMAT_EMULATED;
-    return tiles && m->replay && m->ring_len > 1 ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
+    return vk_uses_tiles(vctx, m) && m->ring_len > 1 ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
 }
 
 static const char *vk_kernels_variant(void *vctx)
 {
+    if (((const vk_ctx *)vctx)->tiles_16bit_ring_only)
+        return "vulkan"; /* its own mix: neither portable nor coopmat for every model */
     switch (((const vk_ctx *)vctx)->kernels) {
     case VK_KERNELS_COOPMAT: return "vulkan:coopmat";
     case VK_KERNELS_COOPMAT_EMULATED: return "vulkan:coopmat-emulated";

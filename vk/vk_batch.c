@@ -105,14 +105,45 @@ void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb)
                                  NULL, 0, NULL);
 }
 
-void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set)
+/* A replay step is two dispatches over every row, the rows that do not
+ * flush, then those that do (each pipeline's other workgroups return at
+ * once); they touch disjoint slots and output rows, so no barrier. */
+static void dispatch_layers(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, uint32_t first, uint32_t count)
 {
+    const VkPipeline pipes[2] = {b->pipeline_readout, b->pipeline};
+    for (int i = 0; i < 2; i++) {
+        if (!pipes[i])
+            continue;
+        ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[i]);
+        ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, b->params.num_v_heads, b->params.max_rows, count);
+    }
+}
+
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer)
+{
+    /* Descriptor sets and push constants stay bound across pipelines of one layout. */
     ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline);
     ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline_layout, 0, 1, &set, 0, NULL);
     /* Constant for the batch's life: safe to bake into the recording. */
     ctx->vk.vkCmdPushConstants(cb, b->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->params,
                                &b->params);
-    ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads, b->params.max_rows, b->params.layers);
+    if (!layer_by_layer) {
+        dispatch_layers(ctx, b, cb, 0, b->params.layers);
+        return;
+    }
+    /* As in a model, where layer l + 1's inputs are layer l's outputs: each
+     * layer waits for the one before it (docs/bench.md). */
+    const VkMemoryBarrier between = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+    };
+    for (uint32_t l = 0; l < b->params.layers; l++) {
+        if (l > 0)
+            ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                         0, 1, &between, 0, NULL, 0, NULL);
+        dispatch_layers(ctx, b, cb, l, 1);
+    }
 }
 
 static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, rssm_error *err)
@@ -124,7 +155,7 @@ static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, rssm_error *err)
     vk_cmd_barrier_before_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
-    vk_batch_cmd_step(ctx, b, cb, b->set);
+    vk_batch_cmd_step(ctx, b, cb, b->set, false);
     vk_cmd_barrier_after_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
@@ -241,7 +272,9 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
             RSSM_OK &&
         (st = create_descriptors(ctx, b, err)) == RSSM_OK)
-        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, &b->pipeline, err);
+        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, true, &b->pipeline, err);
+    if (st == RSSM_OK && pool->model.replay)
+        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, false, &b->pipeline_readout, err);
     if (st == RSSM_OK && ctx->timestamp_bits) {
         VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                      .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};
@@ -291,6 +324,8 @@ void vk_batch_destroy(void *vctx, void *vbatch)
         ctx->vk.vkDestroyQueryPool(ctx->device, b->queries, NULL);
     if (b->pipeline)
         ctx->vk.vkDestroyPipeline(ctx->device, b->pipeline, NULL);
+    if (b->pipeline_readout)
+        ctx->vk.vkDestroyPipeline(ctx->device, b->pipeline_readout, NULL);
     if (b->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, b->descriptor_pool, NULL);
     if (b->pipeline_layout)

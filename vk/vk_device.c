@@ -299,7 +299,8 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     ctx->props = props.properties;
     ctx->fi.GetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->mem_props);
 
-    const VkSubgroupFeatureFlags need_ops = VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+    const VkSubgroupFeatureFlags need_ops =
+        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
     if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sub.supportedOperations & need_ops) != need_ops)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
                               "vulkan: %s lacks subgroup basic/arithmetic operations in compute shaders",
@@ -312,12 +313,16 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
     ctx->fi.EnumerateDeviceExtensionProperties(ctx->phys, NULL, &next, exts);
     bool coopmat_ext = has_extension(exts, next, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
+    bool stats_ext = has_extension(exts, next, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     free(exts);
 
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm_f = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_COOPERATIVE_MATRIX_FEATURES_KHR};
+    VkPhysicalDevicePipelineExecutablePropertiesFeaturesKHR stats_f = {
+        .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PIPELINE_EXECUTABLE_PROPERTIES_FEATURES_KHR,
+        .pNext = coopmat_ext ? &cm_f : NULL};
     VkPhysicalDeviceVulkan13Features f13 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
-                                            .pNext = coopmat_ext ? &cm_f : NULL};
+                                            .pNext = stats_ext ? (void *)&stats_f : (void *)(coopmat_ext ? &cm_f : NULL)};
     VkPhysicalDeviceVulkan12Features f12 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
                                             .pNext = &f13};
     VkPhysicalDeviceFeatures2 f = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_FEATURES_2, .pNext = &f12};
@@ -350,15 +355,19 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         ctx->timestamp_bits = 0;
 
     bool use_cm = ctx->device_coopmat && ctx->kernels == VK_KERNELS_COOPMAT;
+    /* The compiler's own statistics of each pipeline (registers, spills,
+     * shared memory) on request: how docs/bench.md explains a kernel's time. */
+    ctx->pipeline_stats = env_on("RSSM_VK_PIPELINE_STATS") && stats_ext && stats_f.pipelineExecutableInfo;
+    cm_f.pNext = NULL;
+    stats_f.pNext = use_cm ? &cm_f : NULL;
     VkPhysicalDeviceVulkan13Features e13 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_3_FEATURES,
-        .pNext = use_cm ? &cm_f : NULL,
+        .pNext = ctx->pipeline_stats ? (void *)&stats_f : (void *)(use_cm ? &cm_f : NULL),
         .subgroupSizeControl = ctx->subgroup_size_control,
         .computeFullSubgroups = ctx->subgroup_size_control,
         /* LocalSizeId: the workgroup size is a specialization constant. */
         .maintenance4 = VK_TRUE,
     };
-    cm_f.pNext = NULL;
     cm_f.cooperativeMatrixRobustBufferAccess = VK_FALSE;
     VkPhysicalDeviceVulkan12Features e12 = {
         .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_VULKAN_1_2_FEATURES,
@@ -373,13 +382,18 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         .queueCount = 1,
         .pQueuePriorities = &prio,
     };
-    const char *dev_exts[1] = {VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME};
+    const char *dev_exts[2];
+    uint32_t n_exts = 0;
+    if (use_cm)
+        dev_exts[n_exts++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
+    if (ctx->pipeline_stats)
+        dev_exts[n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
     VkDeviceCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
         .pNext = &e12,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &qci,
-        .enabledExtensionCount = use_cm ? 1u : 0u,
+        .enabledExtensionCount = n_exts,
         .ppEnabledExtensionNames = dev_exts,
     };
     VkResult r = ctx->fi.CreateDevice(ctx->phys, &dci, NULL, &ctx->device);
@@ -460,6 +474,7 @@ rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
                                 ctx->coopmat_note);
         }
     }
+    ctx->tiles_16bit_ring_only = bare && ctx->kernels == VK_KERNELS_COOPMAT;
     if (st == RSSM_OK)
         st = create_queue_objects(ctx, err);
     if (st == RSSM_OK)
@@ -513,9 +528,11 @@ void vk_ctx_destroy(vk_ctx *ctx)
     free(ctx);
 }
 
-static const char *kernels_name(vk_kernels k)
+static const char *kernels_name(const vk_ctx *ctx)
 {
-    switch (k) {
+    if (ctx->tiles_16bit_ring_only)
+        return "coopmat for 16-bit rings, portable for fp32 rings (exact)";
+    switch (ctx->kernels) {
     case VK_KERNELS_PORTABLE: return "portable (subgroup arithmetic + shared memory)";
     case VK_KERNELS_COOPMAT: return "coopmat (flush on KHR cooperative matrices)";
     case VK_KERNELS_COOPMAT_EMULATED: return "coopmat-emulated (the _cm kernels on emulated tiles)";
@@ -537,7 +554,7 @@ void vk_describe(vk_ctx *ctx, char *buf, size_t size)
              "timestamps: %s\n"
              "pipeline cache: %s\n"
              "validation: %s\n",
-             kernels_name(ctx->kernels), ctx->subgroup_size,
+             kernels_name(ctx), ctx->subgroup_size,
              ctx->subgroup_size_control ? "required per pipeline" : "device default",
              ctx->coopmat_note, ctx->props.limits.maxComputeSharedMemorySize,
              ctx->timestamp_bits ? "yes" : "no (wall clock)", note,

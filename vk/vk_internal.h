@@ -49,6 +49,11 @@ typedef struct vk_buffer {
 
 typedef struct vk_ctx {
     vk_kernels kernels;
+    /* The bare "vulkan" variant on a cooperative-matrix device: tiles only
+     * for a 16-bit ring, whose entries are already rounded about as much as
+     * an fp16 tile operand rounds them; an fp32 ring keeps the exact
+     * portable flush (docs/design.md §8). */
+    bool tiles_16bit_ring_only;
     char variant[32];
 
     VkInstance instance;
@@ -58,6 +63,7 @@ typedef struct vk_ctx {
     bool destroying;
     bool create_failed;              /* vk_ctx_create is undoing a failed create */
     bool validation_failed;    /* a message arrived; the next call fails */
+    bool pipeline_stats;       /* RSSM_VK_PIPELINE_STATS=1 and the device can */
     char validation_message[200];
 
     VkPhysicalDevice phys;
@@ -116,7 +122,8 @@ typedef struct vk_batch {
     vk_buffer overflow;       /* host-visible [max_rows] ring-overflow flags (docs/design.md §2) */
     VkDescriptorSetLayout set_layout;
     VkPipelineLayout pipeline_layout;
-    VkPipeline pipeline;
+    VkPipeline pipeline;          /* the rows that flush (packed: every row) */
+    VkPipeline pipeline_readout;  /* replay: the rows that do not; else none */
     VkDescriptorPool descriptor_pool;
     VkDescriptorSet set;
     VkQueryPool queries;
@@ -146,7 +153,6 @@ void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
  * caller always calls submit_wait. */
 rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
-rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);
 
 /* ---- vk_cache.c: the pipeline cache, kept on disk between processes */
 /* Creates ctx->pipeline_cache from the device's cache file, if any. */
@@ -170,8 +176,12 @@ extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 /* ---- vk_pipeline.c */
 /* Shared memory the decode kernel needs for this model with the context's
  * kernels, in bytes; the same arithmetic as the shader's declarations. */
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m);
-rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout,
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the larger, flush pipeline's */
+/* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
+bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
+/* The decode pipeline of the rows that flush (flush_rows) or of those that
+ * do not (replay only); a packed model has the one, flush_rows = true. */
+rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, bool flush_rows,
                                VkPipeline *out, rssm_error *err);
 /* What every compute pipeline here is laid out as: `bindings` storage
  * buffers (0 .. bindings-1) in one set, one push-constant range of
@@ -209,8 +219,10 @@ rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, 
 void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* The shaders' writes to later transfers and the host. */
 void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
-/* Binds the batch's pipeline and `set`, pushes its parameters, dispatches one step. */
-void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set);
+/* Binds the batch's pipeline and `set`, pushes its parameters, dispatches
+ * one step: every layer in one dispatch, or (layer_by_layer) one dispatch
+ * per layer, each after the one before it, as a model runs them. */
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer);
 /* A descriptor pool (*pool; VK_NULL_HANDLE when its creation fails) with
  * `count` sets of the batch's set layout, allocated into sets[0..count-1]. */
 rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,
@@ -221,8 +233,9 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
                          VkDeviceSize header_offset, VkDeviceSize header_range);
 
 /* ---- vk_bench.c: the benchmark entries (docs/design.md §7) */
+rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);
 rssm_status vk_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
-                                const rssm_row_header *hdr, uint32_t reps, double *seconds, rssm_error *err);
+                                const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing, rssm_error *err);
 rssm_status vk_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint32_t reps, uint32_t flip,
                                     double *seconds, rssm_error *err);
 

@@ -3,11 +3,15 @@
 #include "vk_internal.h"
 #include "error.h"
 
+#include <stdio.h>
+
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-static bool uses_tiles(const vk_ctx *ctx, const rssm_model *m)
+bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m)
 {
-    return m->replay && ctx->kernels != VK_KERNELS_PORTABLE;
+    if (!m->replay || ctx->kernels == VK_KERNELS_PORTABLE)
+        return false;
+    return !ctx->tiles_16bit_ring_only || m->ring_dtype != RSSM_DTYPE_F32;
 }
 
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
@@ -17,8 +21,8 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
     size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
     if (!m->replay)
         return bytes;
-    bytes += L * 4 + S * L * 8 + 2 * V * 4; /* s_gam, s_cpart, s_rq s_rk */
-    if (!uses_tiles(ctx, m))
+    bytes += L * 8; /* s_c */
+    if (!vk_uses_tiles(ctx, m))
         return bytes + L * K * 4; /* s_kk4 */
     const size_t tm = ctx->tile_m, tn = ctx->tile_n, tk = ctx->tile_k;
     const size_t pv = round_up(V, tm), pj = round_up(L, tk), pk = round_up(K, tn);
@@ -31,6 +35,8 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
 {
     if (!m->replay)
         return &vk_spirv_decode_packed;
+    if (!vk_uses_tiles(ctx, m))
+        return &vk_spirv_decode_replay;
     switch (ctx->kernels) {
     case VK_KERNELS_COOPMAT: return &vk_spirv_decode_replay_cm;
     case VK_KERNELS_COOPMAT_EMULATED: return &vk_spirv_decode_replay_cm_emu;
@@ -41,7 +47,7 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
 /* Specialization constant ids of shaders/decode.comp. */
 enum {
     SPEC_GATE_KIND, SPEC_HEAD_K, SPEC_HEAD_V, SPEC_RING_LEN, SPEC_SG_SIZE, SPEC_STATE_DT,
-    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_COUNT
+    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_FLUSH_ROWS, SPEC_COUNT
 };
 
 rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
@@ -85,6 +91,45 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_byte
     return RSSM_OK;
 }
 
+/* One line per executable of a pipeline on stderr: the driver compiler's
+ * statistics (registers, spills, shared memory...), as it names them. */
+static void print_stats(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec, VkPipeline pipeline)
+{
+    VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = pipeline};
+    uint32_t n = 0;
+    VkPipelineExecutablePropertiesKHR exe[4];
+    for (uint32_t i = 0; i < 4; i++)
+        exe[i] = (VkPipelineExecutablePropertiesKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
+    n = 4;
+    if (ctx->vk.vkGetPipelineExecutablePropertiesKHR(ctx->device, &pi, &n, exe) < 0)
+        return;
+    for (uint32_t e = 0; e < n; e++) {
+        fprintf(stderr, "rssm vulkan pipeline %s", spv->name);
+        const uint32_t *sv = spec ? spec->pData : NULL;
+        for (uint32_t i = 0; sv && i < spec->dataSize / 4; i++)
+            fprintf(stderr, "%s%u", i ? "," : " spec=", sv[i]);
+        fprintf(stderr, " [%s]:", exe[e].name);
+        VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
+                                          .pipeline = pipeline, .executableIndex = e};
+        VkPipelineExecutableStatisticKHR st[32];
+        uint32_t m = 32;
+        for (uint32_t i = 0; i < m; i++)
+            st[i] = (VkPipelineExecutableStatisticKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_STATISTIC_KHR};
+        if (ctx->vk.vkGetPipelineExecutableStatisticsKHR(ctx->device, &ei, &m, st) < 0)
+            m = 0;
+        for (uint32_t i = 0; i < m; i++) {
+            fprintf(stderr, " %s=", st[i].name);
+            switch (st[i].format) {
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_BOOL32_KHR: fprintf(stderr, "%u", st[i].value.b32); break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_INT64_KHR: fprintf(stderr, "%lld", (long long)st[i].value.i64); break;
+            case VK_PIPELINE_EXECUTABLE_STATISTIC_FORMAT_UINT64_KHR: fprintf(stderr, "%llu", (unsigned long long)st[i].value.u64); break;
+            default: fprintf(stderr, "%g", st[i].value.f64); break;
+            }
+        }
+        fprintf(stderr, "\n");
+    }
+}
+
 rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
                                 const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
                                 VkPipelineLayout layout, VkPipeline *out, rssm_error *err)
@@ -110,6 +155,9 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
             .pName = "main",
             .pSpecializationInfo = spec,
         },
+        /* DISPATCH_BASE: a benchmark dispatches one layer at a time (vk_batch.c). */
+        .flags = VK_PIPELINE_CREATE_DISPATCH_BASE_BIT |
+                 (ctx->pipeline_stats ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0),
         .layout = layout,
     };
     r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, out);
@@ -118,12 +166,14 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
         *out = VK_NULL_HANDLE;
         return vk_fail(ctx, r, "vkCreateComputePipelines", err);
     }
+    if (ctx->pipeline_stats)
+        print_stats(ctx, spv, spec, *out);
     vk_cache_store(ctx);
     return RSSM_OK;
 }
 
-rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, VkPipeline *out,
-                               rssm_error *err)
+rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, bool flush_rows,
+                               VkPipeline *out, rssm_error *err)
 {
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
@@ -143,6 +193,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
         [SPEC_TILE_N] = ctx->tile_n,
         [SPEC_TILE_K] = ctx->tile_k,
         [SPEC_WG_SIZE] = ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP,
+        [SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
     };
     VkSpecializationMapEntry entries[SPEC_COUNT];
     for (uint32_t i = 0; i < SPEC_COUNT; i++)

@@ -136,7 +136,9 @@ stage_vulkan() {
   export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
   export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
   local log="$OUT_DIR/vulkan_conform.log"
-  if timeout "${CONFORM_TIMEOUT:-400}" "$CLI" conform --backend vulkan --backend vulkan:portable \
+  if [ "${VULKAN_CONFORM:-1}" = 0 ]; then
+    note "rssm conform (Vulkan variants): skipped (VULKAN_CONFORM=0)"
+  elif timeout "${CONFORM_TIMEOUT:-400}" "$CLI" conform --backend vulkan --backend vulkan:portable --backend vulkan:coopmat \
       --backend vulkan:coopmat-emulated >"$log" 2>&1; then
     note "rssm conform (Vulkan variants): $(tail -1 "$log")"
   else
@@ -146,9 +148,13 @@ stage_vulkan() {
   cp "$log" "$OUT_DIR/vulkan_conform.txt"
   for v in vulkan vulkan:portable; do
     # shellcheck disable=SC2086
-    timeout "${BENCH_TIMEOUT:-600}" "$CLI" bench --backend "$v" ${VULKAN_BENCH_ARGS:-$BENCH_ARGS} \
-      --out "$OUT_DIR/bench-${v/:/-}" >"$OUT_DIR/bench-${v/:/-}.txt" 2>&1
+    # The driver's statistics of every pipeline it compiles (registers,
+    # spills, shared memory) go to stderr, then to pipelines-VARIANT.txt.
+    RSSM_VK_PIPELINE_STATS=1 timeout "${BENCH_TIMEOUT:-600}" "$CLI" bench --backend "$v" \
+      ${VULKAN_BENCH_ARGS:-$BENCH_ARGS} --out "$OUT_DIR/bench-${v/:/-}" >"$OUT_DIR/bench-${v/:/-}.txt" 2>&1
     note "rssm bench --backend $v: rc $?"
+    grep "^rssm vulkan pipeline" "$OUT_DIR/bench-${v/:/-}.txt" >"$OUT_DIR/pipelines-${v/:/-}.txt"
+    sed -i "/^rssm vulkan pipeline/d" "$OUT_DIR/bench-${v/:/-}.txt"
   done
 }
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The H200 Vulkan report: the JSON of `rssm bench --out` for each Vulkan
+variant and for CUDA, from one run of bench/h200/run.sh, against the Vulkan
+targets (docs/bench.md).
+
+usage: vulkan_report.py CUDA.json VARIANT.json [VARIANT.json ...] OUT_DIR
+Writes OUT_DIR/summary.json (the keys of bench/results/h200/summary.json,
+`backend` = the variant name, per step per layer) and OUT_DIR/results.md
+(the targets, then every row). Uses report.py's per-layer rows.
+"""
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from report import fmt, normalise, ratio, summary  # noqa: E402
+
+
+def load(path):
+    with open(path) as f:
+        data = json.load(f)
+    rows, _ = normalise(data)
+    return data, {(r["kind"], r["state"], r["batch"], r["positions"]): r for r in rows}
+
+
+def targets(cuda, variants):
+    """(name, measured, met) for each target of docs/bench.md's Vulkan list."""
+    out = []
+    default = variants.get("vulkan")
+    if default:
+        for lo, hi, states, goal in ((128, 10 ** 9, ("fp32",), 1.55), (16, 16, ("fp32",), 1.3),
+                                     (128, 10 ** 9, ("bf16",), 1.4)):
+            rs = [r for k, r in default.items() if k[1] in states and lo <= k[2] <= hi]
+            if rs:
+                w = min(rs, key=lambda r: r["replay_over_packed"])
+                out.append((f"vulkan replay/packed >= {goal} ({'/'.join(states)}, B {lo}"
+                            f"{'+' if hi > 10 ** 8 else ''})",
+                            f"worst {w['replay_over_packed']:.2f}x ({w['kind']} {w['state']} B={w['batch']} "
+                            f"{w['positions']})", w["replay_over_packed"] >= goal))
+        for key, goal in (("us_per_step", 1.15), ("packed_us", 1.05)):
+            pairs = [(r, cuda[k]) for k, r in default.items() if k in cuda]
+            if pairs:
+                w = max(pairs, key=lambda p: p[0][key] / p[1][key])
+                out.append((f"vulkan {'replay' if key == 'us_per_step' else 'packed'} <= {goal}x CUDA",
+                            f"worst {w[0][key] / w[1][key]:.2f}x ({w[0]['kind']} {w[0]['state']} "
+                            f"B={w[0]['batch']} {w[0]['positions']}: {w[0][key]:.2f} vs {w[1][key]:.2f} us)",
+                            w[0][key] <= goal * w[1][key]))
+        rs = [r for k, r in default.items() if k[2] >= 128 and r["inplace_us"]]
+        if rs:
+            w = min(rs, key=lambda r: r["inplace_us"] / r["packed_us"])
+            p = 100 * w["inplace_us"] / w["packed_us"]
+            out.append(("vulkan packed >= 90% of the in-place bound (B >= 128)",
+                        f"worst {p:.1f}% ({w['kind']} {w['state']} B={w['batch']})", p >= 90))
+    cm, pt = variants.get("vulkan"), variants.get("vulkan:portable")
+    if cm and pt:
+        for step in ("empty_ring_us", "full_ring_us", "flush_us"):
+            pairs = [(cm[k], pt[k]) for k in cm if k in pt and cm[k][step] and pt[k][step]]
+            if pairs:
+                w = max(pairs, key=lambda p: p[0][step] / p[1][step])
+                out.append((f"coopmat kernels <= portable, {step[:-3].replace('_', ' ')} step "
+                            f"(`vulkan`, fp16 ring, against `vulkan:portable`)",
+                            f"worst {w[0][step] / w[1][step]:.2f}x ({w[0]['kind']} {w[0]['state']} "
+                            f"B={w[0]['batch']})", w[0][step] <= w[1][step]))
+    return out
+
+
+def main():
+    cuda_path, variant_paths, out_dir = sys.argv[1], sys.argv[2:-1], sys.argv[-1]
+    cuda_data, cuda = load(cuda_path)
+    variants, everything, devices = {}, [], set()
+    for p in variant_paths:
+        data, rows = load(p)
+        variants[data["backend"]] = rows
+        everything += summary(list(rows.values()), data["backend"])
+        devices.add(data["device"])
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, "summary.json"), "w") as f:
+        json.dump(everything, f, indent=1)
+    lines = [f"# rssm Vulkan decode on {', '.join(sorted(devices))}", "",
+             "From `rssm bench` (docs/bench.md) per variant, with CUDA from the same run; microseconds per "
+             "step per layer, one dispatch per layer, each after the one before it; copy ceiling and in-place "
+             f"bound measured by compute shaders in the same run (copy {cuda_data['copy_gbs']:.0f} GB/s by "
+             "CUDA).", "", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+    for name, value, ok in targets(cuda, variants):
+        lines.append(f"| {name} | {value} | {'yes' if ok else '**no**'} |")
+    lines += ["", "## All rows", "",
+              "| backend | kind | state | batch | positions | packed us | replay us | ratio | in-place us "
+              "| empty us | full us | flush us | CUDA packed us | CUDA replay us |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, rows in variants.items():
+        for k, r in sorted(rows.items()):
+            c = cuda.get(k, {})
+            lines.append(f"| {name} | {r['kind']} | {r['state']} | {r['batch']} | {r['positions']} "
+                         f"| {r['packed_us']:.2f} | {r['us_per_step']:.2f} | {r['replay_over_packed']:.2f} "
+                         f"| {fmt(r['inplace_us'])} | {fmt(r['empty_ring_us'])} | {fmt(r['full_ring_us'])} "
+                         f"| {fmt(r['flush_us'])} | {fmt(c.get('packed_us'))} | {fmt(c.get('us_per_step'))} |")
+    with open(os.path.join(out_dir, "results.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines[:lines.index("## All rows")]))
+
+
+if __name__ == "__main__":
+    main()
