@@ -68,6 +68,10 @@ layout(local_size_x_id = 11) in;                    // SG_COUNT * SG_SIZE
 // fewer workgroups resident the more shared memory each takes: the
 // read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
 layout(constant_id = 12) const uint FLUSH_ROWS = 1u;
+// Portable flush pipeline: 1 when the ring's d fits in shared memory beside
+// the rest (the host decides, vk/vk_pipeline.c): the row update then reads
+// d_j[v] from shared memory instead of one memory round trip per entry.
+layout(constant_id = 13) const uint STAGE_D = 0u;
 
 // Must match VK_SUBGROUPS_PER_WORKGROUP in vk/vk_internal.h.
 const uint SG_COUNT = 4u;
@@ -171,6 +175,9 @@ const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 // shared memory: the readout reads each value once (one lane per entry), and
 // a flush's row update once more with one index for its whole subgroup.
 #define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
+#if RSSM_TILES == 0
+shared float s_dring[1u + (RING_CAP * HEAD_V - 1u) * FLUSH_ROWS * STAGE_D];  // [j][v]
+#endif
 #define RING_D2(j, v) pool_load2(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #endif
 
@@ -426,6 +433,14 @@ void main()
             if (subgroupElect())
                 s_c[j] = cj;
         }
+#if RSSM_TILES == 0
+        if (FLUSH_ROWS * STAGE_D != 0u)
+            for (uint p = 2u * t; p < n * V; p += 2u * WG_SIZE) {
+                const vec2 x = RING_D2(p / V, p % V); // V is even: a pair never crosses entries
+                s_dring[p] = x.x;
+                s_dring[p + 1u] = x.y;
+            }
+#endif
     }
 #endif
     barrier();
@@ -459,6 +474,11 @@ void main()
             for (uint j = 0u; j < n; j++) {
                 float dj[ROW_BLOCK];
                 for (uint r = 0u; r < ROW_BLOCK; r++)
+#if RSSM_TILES == 0
+                    if (STAGE_D != 0u)
+                        dj[r] = v0 + r * SG_COUNT < V ? s_dring[j * V + v0 + r * SG_COUNT] : 0.0;
+                    else
+#endif
                     dj[r] = v0 + r * SG_COUNT < V ? RING_D(j, v0 + r * SG_COUNT) : 0.0;
                 for (uint i = 0u; i < ROW_QUADS; i++) {
                     const vec4 kk = KK4(j, min(lane + i * SG_SIZE, KQ - 1u));

@@ -142,8 +142,6 @@ static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
 
 static const char *vk_kernels_variant(void *vctx)
 {
-    if (((const vk_ctx *)vctx)->tiles_16bit_ring_only)
-        return "vulkan"; /* its own mix: neither portable nor coopmat for every model */
     switch (((const vk_ctx *)vctx)->kernels) {
     case VK_KERNELS_COOPMAT: return "vulkan:coopmat";
     case VK_KERNELS_COOPMAT_EMULATED: return "vulkan:coopmat-emulated";
@@ -152,7 +150,7 @@ static const char *vk_kernels_variant(void *vctx)
 }
 
 static const char *const vk_variants[] = {
-    "vulkan",                  /* coopmat when the device has it, else portable */
+    "vulkan",                  /* the portable kernels (docs/design.md §8) */
     "vulkan:portable",
     "vulkan:coopmat",          /* unavailable without device cooperative matrices */
     "vulkan:coopmat-emulated", /* the _cm kernels over emulated tiles, any device */

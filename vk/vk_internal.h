@@ -49,11 +49,6 @@ typedef struct vk_buffer {
 
 typedef struct vk_ctx {
     vk_kernels kernels;
-    /* The bare "vulkan" variant on a cooperative-matrix device: tiles only
-     * for a 16-bit ring, whose entries are already rounded about as much as
-     * an fp16 tile operand rounds them; an fp32 ring keeps the exact
-     * portable flush (docs/design.md §8). */
-    bool tiles_16bit_ring_only;
     char variant[32];
 
     VkInstance instance;
@@ -176,7 +171,7 @@ extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 /* ---- vk_pipeline.c */
 /* Shared memory the decode kernel needs for this model with the context's
  * kernels, in bytes; the same arithmetic as the shader's declarations. */
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the larger, flush pipeline's */
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the flush pipeline, less its optional d staging */
 /* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
 /* The decode pipeline of the rows that flush (flush_rows) or of those that

@@ -9,9 +9,18 @@ static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m)
 {
-    if (!m->replay || ctx->kernels == VK_KERNELS_PORTABLE)
-        return false;
-    return !ctx->tiles_16bit_ring_only || m->ring_dtype != RSSM_DTYPE_F32;
+    return m->replay && ctx->kernels != VK_KERNELS_PORTABLE;
+}
+
+/* The portable flush pipeline's d_j staging (s_dring), in bytes. */
+static size_t dring_bytes(const rssm_model *m) { return (size_t)(m->ring_len - 1) * m->head_v * 4; }
+
+/* s_dring where it fits: the portable replay kernel, within the device's
+ * shared memory with everything else. */
+static uint32_t stage_d(const vk_ctx *ctx, const rssm_model *m)
+{
+    return m->replay && !vk_uses_tiles(ctx, m) && m->ring_len > 1 &&
+           vk_shared_bytes(ctx, m) + dring_bytes(m) <= ctx->props.limits.maxComputeSharedMemorySize;
 }
 
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
@@ -47,7 +56,8 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
 /* Specialization constant ids of shaders/decode.comp. */
 enum {
     SPEC_GATE_KIND, SPEC_HEAD_K, SPEC_HEAD_V, SPEC_RING_LEN, SPEC_SG_SIZE, SPEC_STATE_DT,
-    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_FLUSH_ROWS, SPEC_COUNT
+    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_FLUSH_ROWS, SPEC_STAGE_D,
+    SPEC_COUNT
 };
 
 rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
@@ -194,6 +204,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
         [SPEC_TILE_K] = ctx->tile_k,
         [SPEC_WG_SIZE] = ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP,
         [SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
+        [SPEC_STAGE_D] = stage_d(ctx, m),
     };
     VkSpecializationMapEntry entries[SPEC_COUNT];
     for (uint32_t i = 0; i < SPEC_COUNT; i++)

@@ -146,7 +146,8 @@ stage_vulkan() {
     grep -E " FAIL |no Vulkan" "$log" | head -20
   fi
   cp "$log" "$OUT_DIR/vulkan_conform.txt"
-  for v in vulkan vulkan:portable; do
+  # The default (portable) kernels and the cooperative-matrix ones.
+  for v in vulkan vulkan:coopmat; do
     # shellcheck disable=SC2086
     # The driver's statistics of every pipeline it compiles (registers,
     # spills, shared memory) go to stderr, then to pipelines-VARIANT.txt.

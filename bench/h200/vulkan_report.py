@@ -3,10 +3,13 @@
 variant and for CUDA, from one run of bench/h200/run.sh, against the Vulkan
 targets (docs/bench.md).
 
-usage: vulkan_report.py CUDA.json VARIANT.json [VARIANT.json ...] OUT_DIR
-Writes OUT_DIR/summary.json (the keys of bench/results/h200/summary.json,
-`backend` = the variant name, per step per layer) and OUT_DIR/results.md
-(the targets, then every row). Uses report.py's per-layer rows.
+usage: vulkan_report.py CUDA.json PORTABLE.json COOPMAT.json OUT_DIR
+PORTABLE.json is `rssm bench` of the portable kernels (`vulkan`, the default,
+or `vulkan:portable`), COOPMAT.json of the cooperative-matrix ones
+(`vulkan:coopmat`). Writes OUT_DIR/summary.json (the keys of
+bench/results/h200/summary.json, `backend` = vulkan:portable or
+vulkan:coopmat, per step per layer) and OUT_DIR/results.md (the targets,
+then every row). Uses report.py's per-layer rows.
 """
 import json
 import os
@@ -26,7 +29,7 @@ def load(path):
 def targets(cuda, variants):
     """(name, measured, met) for each target of docs/bench.md's Vulkan list."""
     out = []
-    default = variants.get("vulkan")
+    default = variants.get("vulkan:portable")
     if default:
         for lo, hi, states, goal in ((128, 10 ** 9, ("fp32",), 1.55), (16, 16, ("fp32",), 1.3),
                                      (128, 10 ** 9, ("bf16",), 1.4)):
@@ -51,27 +54,28 @@ def targets(cuda, variants):
             p = 100 * w["inplace_us"] / w["packed_us"]
             out.append(("vulkan packed >= 90% of the in-place bound (B >= 128)",
                         f"worst {p:.1f}% ({w['kind']} {w['state']} B={w['batch']})", p >= 90))
-    cm, pt = variants.get("vulkan"), variants.get("vulkan:portable")
+    cm, pt = variants.get("vulkan:coopmat"), variants.get("vulkan:portable")
     if cm and pt:
         for step in ("empty_ring_us", "full_ring_us", "flush_us"):
             pairs = [(cm[k], pt[k]) for k in cm if k in pt and cm[k][step] and pt[k][step]]
             if pairs:
                 w = max(pairs, key=lambda p: p[0][step] / p[1][step])
-                out.append((f"coopmat kernels <= portable, {step[:-3].replace('_', ' ')} step "
-                            f"(`vulkan`, fp16 ring, against `vulkan:portable`)",
+                out.append((f"vulkan:coopmat <= vulkan:portable, {step[:-3].replace('_', ' ')} step",
                             f"worst {w[0][step] / w[1][step]:.2f}x ({w[0]['kind']} {w[0]['state']} "
                             f"B={w[0]['batch']})", w[0][step] <= w[1][step]))
     return out
 
 
 def main():
-    cuda_path, variant_paths, out_dir = sys.argv[1], sys.argv[2:-1], sys.argv[-1]
+    if len(sys.argv) != 5:
+        sys.exit(__doc__)
+    cuda_path, out_dir = sys.argv[1], sys.argv[4]
     cuda_data, cuda = load(cuda_path)
     variants, everything, devices = {}, [], set()
-    for p in variant_paths:
+    for name, p in (("vulkan:portable", sys.argv[2]), ("vulkan:coopmat", sys.argv[3])):
         data, rows = load(p)
-        variants[data["backend"]] = rows
-        everything += summary(list(rows.values()), data["backend"])
+        variants[name] = rows
+        everything += summary(list(rows.values()), name)
         devices.add(data["device"])
     os.makedirs(out_dir, exist_ok=True)
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
