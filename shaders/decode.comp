@@ -37,6 +37,7 @@
 #endif
 
 #include "rssm_layout.h"
+#include "vk_abi.h"
 #include "dtype.glsl"
 
 #ifndef RSSM_REPLAY
@@ -72,6 +73,9 @@ layout(constant_id = 12) const uint FLUSH_ROWS = 1u;
 // the rest (the host decides, vk/vk_pipeline.c): the row update then reads
 // d_j[v] from shared memory instead of one memory round trip per entry.
 layout(constant_id = 13) const uint STAGE_D = 0u;
+// Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
+// of buffer s / SLOTS_PER_BUFFER.
+layout(constant_id = 14) const uint SLOTS_PER_BUFFER = 1u;
 
 // Must match VK_SUBGROUPS_PER_WORKGROUP in vk/vk_internal.h.
 const uint SG_COUNT = 4u;
@@ -86,11 +90,17 @@ const uint ROW_BLOCK = 4u;
 
 layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
 
-layout(std430, binding = 0) buffer Pool { uint w[]; } pool;
+layout(std430, binding = 0) buffer Pool { uint w[]; } pool_buf[RSSM_VK_POOL_BUFFERS];
 // The same pool seen in 8- and 16-byte words, for whole channel quads (state
 // rows and ring entries start on 256-byte boundaries and K % 4 == 0).
-layout(std430, binding = 0) buffer Pool2 { uvec2 w[]; } pool2;
-layout(std430, binding = 0) buffer Pool4 { uvec4 w[]; } pool4;
+layout(std430, binding = 0) buffer Pool2 { uvec2 w[]; } pool2_buf[RSSM_VK_POOL_BUFFERS];
+layout(std430, binding = 0) buffer Pool4 { uvec4 w[]; } pool4_buf[RSSM_VK_POOL_BUFFERS];
+// The buffer that holds this workgroup's slot (set first thing in main; the
+// same for the whole workgroup): `pool` is that buffer from here on.
+uint g_pool = 0u;
+#define pool pool_buf[g_pool]
+#define pool2 pool2_buf[g_pool]
+#define pool4 pool4_buf[g_pool]
 layout(std430, binding = 1) readonly buffer Header { uint w[]; } hdr;
 layout(std430, binding = 2) readonly buffer Q { uint w[]; } qbuf;
 layout(std430, binding = 3) readonly buffer Kb { uint w[]; } kbuf;
@@ -339,8 +349,10 @@ void main()
     const uint h = hv / (HV / H);
     const bool kda = GATE_KIND == RSSM_CODE_GATE_KDA;
 
-    // Word offsets. slot * slot_bytes may pass 2^32; the word index may not.
-    const uint lw = slot * (params.slot_bytes / 4u) + layer * (params.layer_bytes / 4u);
+    // Word offsets within the slot's buffer, which the host keeps under
+    // 2^32 words. min(): a corrupt header must not index past the array.
+    g_pool = min(slot / SLOTS_PER_BUFFER, RSSM_VK_POOL_BUFFERS - 1u);
+    const uint lw = (slot % SLOTS_PER_BUFFER) * (params.slot_bytes / 4u) + layer * (params.layer_bytes / 4u);
     const uint c_base = lw;                               // C [HV][V][K]
     const uint c_elem = hv * V * K;                       // this head's rows
     const uint rd_base = lw + params.ring_d_offset / 4u;  // [HV][cap][V]

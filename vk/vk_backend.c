@@ -56,23 +56,41 @@ static rssm_status vk_pool_create(void *vctx, const rssm_model *m, const rssm_sl
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
-    const VkDeviceSize bytes = (VkDeviceSize)layout->slot_bytes * slots;
-    /* The kernels bind the whole pool and index it in 32-bit words. */
-    if (bytes > ctx->props.limits.maxStorageBufferRange || bytes / 4 > UINT32_MAX)
+    /* Whole slots per buffer, as many as one descriptor binds and the
+     * kernels index in 32-bit words (vk_abi.h). */
+    const uint64_t range = ctx->props.limits.maxStorageBufferRange;
+    const uint64_t per = (range < 4ull * UINT32_MAX ? range : 4ull * UINT32_MAX) / layout->slot_bytes;
+    if (per == 0)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
-                              "vulkan: a pool of %u slots is %llu bytes; %s binds at most %u bytes per buffer",
-                              slots, (unsigned long long)bytes, ctx->props.deviceName,
-                              ctx->props.limits.maxStorageBufferRange);
+                              "vulkan: a slot is %llu bytes; %s binds at most %llu bytes per buffer",
+                              (unsigned long long)layout->slot_bytes, ctx->props.deviceName,
+                              (unsigned long long)range);
+    const uint32_t spb = per < slots ? (uint32_t)per : slots;
+    const uint32_t buffers = (slots + spb - 1) / spb;
+    if (buffers > RSSM_VK_POOL_BUFFERS)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "vulkan: a pool of %u slots of %llu bytes needs %u buffers of at most %llu bytes "
+                              "(%s); the kernels take %u",
+                              slots, (unsigned long long)layout->slot_bytes, buffers, (unsigned long long)range,
+                              ctx->props.deviceName, RSSM_VK_POOL_BUFFERS);
     vk_pool *p = calloc(1, sizeof *p);
     if (!p)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
     p->model = *m;
     p->layout = *layout;
     p->slots = slots;
-    if ((st = vk_buffer_create(ctx, bytes, VK_MEMORY_DEVICE, &p->pool, err)) == RSSM_OK)
+    p->slots_per_buffer = spb;
+    for (uint32_t i = 0; i < buffers && st == RSSM_OK; i++) {
+        const uint32_t n = i + 1 < buffers ? spb : slots - i * spb;
+        if ((st = vk_buffer_create(ctx, (VkDeviceSize)n * layout->slot_bytes, VK_MEMORY_DEVICE, &p->bufs[i], err)) ==
+            RSSM_OK)
+            p->buffers = i + 1;
+    }
+    if (st == RSSM_OK)
         st = vk_buffer_create(ctx, layout->slot_bytes, VK_MEMORY_HOST, &p->staging, err);
     if (st != RSSM_OK) {
-        vk_buffer_destroy(ctx, &p->pool);
+        for (uint32_t i = 0; i < p->buffers; i++)
+            vk_buffer_destroy(ctx, &p->bufs[i]);
         free(p);
         return st;
     }
@@ -90,7 +108,8 @@ static void vk_pool_destroy(void *vctx, void *vpool)
     ctx->vk.vkQueueWaitIdle(ctx->queue);
     pthread_mutex_unlock(&ctx->queue_lock);
     vk_buffer_destroy(ctx, &p->staging);
-    vk_buffer_destroy(ctx, &p->pool);
+    for (uint32_t i = 0; i < p->buffers; i++)
+        vk_buffer_destroy(ctx, &p->bufs[i]);
     free(p);
 }
 
@@ -99,13 +118,14 @@ static rssm_status slot_copy(vk_ctx *ctx, vk_pool *p, uint32_t slot, bool to_hos
     rssm_status st = vk_transfer_begin(ctx, err);
     if (st != RSSM_OK)
         return st;
-    VkDeviceSize off = (VkDeviceSize)slot * p->layout.slot_bytes;
+    const VkBuffer buf = p->bufs[slot / p->slots_per_buffer].buffer;
+    const VkDeviceSize off = (VkDeviceSize)(slot % p->slots_per_buffer) * p->layout.slot_bytes;
     if (to_host) {
         VkBufferCopy region = {off, 0, p->layout.slot_bytes};
-        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, p->pool.buffer, p->staging.buffer, 1, &region);
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, buf, p->staging.buffer, 1, &region);
     } else {
         VkBufferCopy region = {0, off, p->layout.slot_bytes};
-        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, p->staging.buffer, p->pool.buffer, 1, &region);
+        ctx->vk.vkCmdCopyBuffer(ctx->transfer_cmd, p->staging.buffer, buf, 1, &region);
     }
     return vk_transfer_submit_wait(ctx, err);
 }

@@ -12,9 +12,6 @@
 #include <string.h>
 #include <time.h>
 
-enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
-       BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
-
 static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
 static void io_layout_init(vk_io_layout *io, const rssm_model *m, uint32_t max_rows, VkDeviceSize align)
@@ -172,7 +169,8 @@ rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count,
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
     for (uint32_t i = 0; i < count; i++)
         layouts[i] = b->set_layout;
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = count * BIND_COUNT};
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+                               .descriptorCount = count * (BIND_COUNT - 1 + RSSM_VK_POOL_BUFFERS)};
     VkDescriptorPoolCreateInfo dpci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
         .maxSets = count,
@@ -205,8 +203,14 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 {
     const vk_io_layout *io = &b->io;
     const VkDeviceSize L = b->params.layers;
+    /* Every element of the pool's array is written; the ones past the
+     * pool's buffers repeat its last (no workgroup indexes them). */
+    const vk_pool *p = b->pool;
+    VkDescriptorBufferInfo pool_info[RSSM_VK_POOL_BUFFERS];
+    for (uint32_t i = 0; i < RSSM_VK_POOL_BUFFERS; i++)
+        pool_info[i] = (VkDescriptorBufferInfo){p->bufs[i < p->buffers ? i : p->buffers - 1].buffer, 0, VK_WHOLE_SIZE};
     VkDescriptorBufferInfo info[BIND_COUNT] = {
-        [BIND_POOL] = {b->pool->pool.buffer, 0, VK_WHOLE_SIZE},
+        [BIND_POOL] = {VK_NULL_HANDLE, 0, 0}, /* pool_info */
         [BIND_HEADER] = {header, header_offset, header_range},
         [BIND_Q] = {b->io_dev.buffer, io->q, L * io->q_bytes},
         [BIND_K] = {b->io_dev.buffer, io->k, L * io->q_bytes},
@@ -224,9 +228,9 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
             .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
             .dstSet = set,
             .dstBinding = i,
-            .descriptorCount = 1,
+            .descriptorCount = i == BIND_POOL ? RSSM_VK_POOL_BUFFERS : 1,
             .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .pBufferInfo = &info[i],
+            .pBufferInfo = i == BIND_POOL ? pool_info : &info[i],
         };
     ctx->vk.vkUpdateDescriptorSets(ctx->device, BIND_COUNT, w, 0, NULL);
 }
@@ -234,8 +238,8 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
     _Static_assert(BIND_COUNT <= VK_MAX_BINDINGS, "bindings");
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, sizeof(rssm_kernel_params), &b->set_layout,
-                                       &b->pipeline_layout, err);
+    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, sizeof(rssm_kernel_params),
+                                       &b->set_layout, &b->pipeline_layout, err);
     if (st != RSSM_OK)
         return st;
     st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
@@ -272,9 +276,9 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
             RSSM_OK &&
         (st = create_descriptors(ctx, b, err)) == RSSM_OK)
-        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, true, &b->pipeline, err);
+        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, true, &b->pipeline, err);
     if (st == RSSM_OK && pool->model.replay)
-        st = vk_pipeline_create(ctx, &pool->model, b->pipeline_layout, false, &b->pipeline_readout, err);
+        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, false, &b->pipeline_readout, err);
     if (st == RSSM_OK && ctx->timestamp_bits) {
         VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                      .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};

@@ -24,8 +24,7 @@ typedef struct bench {
     VkPipelineLayout pipeline_layout;
     VkPipeline pipeline;                /* ... and pipeline */
     VkDescriptorPool descriptor_pool;
-    VkDescriptorSet *sets;              /* time_steps: one per step */
-    VkDescriptorSet set;                /* inplace */
+    VkDescriptorSet *sets;              /* time_steps: one per step; pass: one per segment */
     VkQueryPool queries;                /* 2 timestamps; none without timestamps */
     VkFence fence;
     VkCommandBuffer cmd;
@@ -249,7 +248,7 @@ typedef struct inplace_push {
 
 static rssm_status inplace_pipeline(vk_ctx *ctx, bench *o, uint32_t wg_size, rssm_error *err)
 {
-    rssm_status st = vk_layouts_create(ctx, 2, sizeof(inplace_push), &o->set_layout, &o->pipeline_layout, err);
+    rssm_status st = vk_layouts_create(ctx, 2, 1, sizeof(inplace_push), &o->set_layout, &o->pipeline_layout, err);
     if (st != RSSM_OK)
         return st;
     VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof wg_size};
@@ -258,9 +257,16 @@ static rssm_status inplace_pipeline(vk_ctx *ctx, bench *o, uint32_t wg_size, rss
     return vk_compute_pipeline(ctx, &vk_spirv_inplace, &spec, NULL, 0, o->pipeline_layout, &o->pipeline, err);
 }
 
-/* shaders/inplace.comp over `bytes` from src to dst: the in-place pass when
- * they are one buffer, a copy when they are two. */
-static rssm_status pass(vk_ctx *ctx, VkBuffer src, VkBuffer dst, bench *o, size_t bytes, uint32_t reps,
+/* One buffer range a pass reads (src) and writes (dst): the same buffer for
+ * the in-place pass, two for a copy. */
+typedef struct pass_segment {
+    VkBuffer src, dst;
+    size_t bytes;
+} pass_segment;
+
+/* shaders/inplace.comp over each segment, one dispatch each, all in one
+ * timed program (segments touch different memory: no barrier between). */
+static rssm_status pass(vk_ctx *ctx, const pass_segment *seg, uint32_t segments, bench *o, uint32_t reps,
                         uint32_t flip, const char *what, rssm_timing *timing, rssm_error *err)
 {
     const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
@@ -269,22 +275,20 @@ static rssm_status pass(vk_ctx *ctx, VkBuffer src, VkBuffer dst, bench *o, size_
         wg = lim->maxComputeWorkGroupSize[0];
     if (wg > lim->maxComputeWorkGroupInvocations)
         wg = lim->maxComputeWorkGroupInvocations;
-    const uint32_t count = (uint32_t)(bytes / 16);
-    /* Vulkan does not say how many compute units there are: one invocation
-     * per uvec4, up to the dispatch limit, and the shader's grid-stride loop
-     * covers the rest. Either way far more workgroups than units. */
-    uint32_t groups = count / wg + (count % wg != 0);
-    if (groups > lim->maxComputeWorkGroupCount[0])
-        groups = lim->maxComputeWorkGroupCount[0];
     rssm_status st = bench_init(ctx, o, reps, err);
     if (st == RSSM_OK)
         st = inplace_pipeline(ctx, o, wg, err);
     if (st != RSSM_OK)
         return st;
-    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 2};
+    if (!(o->sets = malloc(segments * sizeof *o->sets)))
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
+    VkDescriptorSetLayout layouts[RSSM_VK_POOL_BUFFERS];
+    for (uint32_t i = 0; i < segments; i++)
+        layouts[i] = o->set_layout;
+    VkDescriptorPoolSize ps = {.type = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER, .descriptorCount = 2 * segments};
     VkDescriptorPoolCreateInfo dpci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_POOL_CREATE_INFO,
-        .maxSets = 1,
+        .maxSets = segments,
         .poolSizeCount = 1,
         .pPoolSizes = &ps,
     };
@@ -296,32 +300,45 @@ static rssm_status pass(vk_ctx *ctx, VkBuffer src, VkBuffer dst, bench *o, size_
     VkDescriptorSetAllocateInfo sai = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_ALLOCATE_INFO,
         .descriptorPool = o->descriptor_pool,
-        .descriptorSetCount = 1,
-        .pSetLayouts = &o->set_layout,
+        .descriptorSetCount = segments,
+        .pSetLayouts = layouts,
     };
-    if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, &o->set)) != VK_SUCCESS)
+    if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, o->sets)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkAllocateDescriptorSets", err);
-    VkDescriptorBufferInfo info[2] = {{src, 0, bytes}, {dst, 0, bytes}};
-    VkWriteDescriptorSet w = {
-        .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
-        .dstSet = o->set,
-        .dstBinding = 0,
-        .descriptorCount = 2,
-        .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-        .pBufferInfo = info,
-    };
-    ctx->vk.vkUpdateDescriptorSets(ctx->device, 1, &w, 0, NULL);
+    for (uint32_t i = 0; i < segments; i++) {
+        VkDescriptorBufferInfo info[2] = {{seg[i].src, 0, seg[i].bytes}, {seg[i].dst, 0, seg[i].bytes}};
+        VkWriteDescriptorSet w = {
+            .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
+            .dstSet = o->sets[i],
+            .dstBinding = 0,
+            .descriptorCount = 2,
+            .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
+            .pBufferInfo = info,
+        };
+        ctx->vk.vkUpdateDescriptorSets(ctx->device, 1, &w, 0, NULL);
+    }
 
     if ((st = bench_record_begin(ctx, o, err)) != RSSM_OK)
         return st;
     VkCommandBuffer cb = o->cmd;
     vk_cmd_barrier_before_compute(ctx, cb);
     bench_timestamp(ctx, o, 0);
-    const inplace_push push = {.count = count, .flip = flip};
     ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, o->pipeline);
-    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, o->pipeline_layout, 0, 1, &o->set, 0, NULL);
-    ctx->vk.vkCmdPushConstants(cb, o->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, &push);
-    ctx->vk.vkCmdDispatch(cb, groups, 1, 1);
+    for (uint32_t i = 0; i < segments; i++) {
+        const uint32_t count = (uint32_t)(seg[i].bytes / 16);
+        /* Vulkan does not say how many compute units there are: one
+         * invocation per uvec4, up to the dispatch limit, and the shader's
+         * grid-stride loop covers the rest. Either way far more workgroups
+         * than units. */
+        uint32_t groups = count / wg + (count % wg != 0);
+        if (groups > lim->maxComputeWorkGroupCount[0])
+            groups = lim->maxComputeWorkGroupCount[0];
+        const inplace_push push = {.count = count, .flip = flip};
+        ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, o->pipeline_layout, 0, 1, &o->sets[i],
+                                        0, NULL);
+        ctx->vk.vkCmdPushConstants(cb, o->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof push, &push);
+        ctx->vk.vkCmdDispatch(cb, groups, 1, 1);
+    }
     vk_cmd_barrier_after_compute(ctx, cb);
     bench_timestamp(ctx, o, 1);
     if ((st = bench_record_end(ctx, o, err)) != RSSM_OK)
@@ -338,15 +355,26 @@ rssm_status vk_pool_inplace_seconds(void *vctx, void *vpool, size_t bytes, uint3
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
-    /* The shader moves whole uvec4 and counts them in 32 bits. */
-    if (bytes == 0 || bytes % 16 != 0 || bytes > p->pool.size || bytes / 16 > UINT32_MAX)
+    size_t total = 0;
+    for (uint32_t i = 0; i < p->buffers; i++)
+        total += (size_t)p->bufs[i].size;
+    /* The shader moves whole uvec4 and counts them in 32 bits per buffer. */
+    if (bytes == 0 || bytes % 16 != 0 || bytes > total)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "vulkan: in-place pass over %zu bytes of a %llu-byte pool: must be a positive "
+                              "vulkan: in-place pass over %zu bytes of a %zu-byte pool: must be a positive "
                               "multiple of 16 within the pool",
-                              bytes, (unsigned long long)p->pool.size);
+                              bytes, total);
+    /* The first `bytes` of the pool, buffer by buffer. */
+    pass_segment seg[RSSM_VK_POOL_BUFFERS];
+    uint32_t n = 0;
+    for (size_t left = bytes; left > 0 && n < p->buffers; n++) {
+        const size_t here = left < (size_t)p->bufs[n].size ? left : (size_t)p->bufs[n].size;
+        seg[n] = (pass_segment){p->bufs[n].buffer, p->bufs[n].buffer, here - here % 16};
+        left -= here;
+    }
     bench o = {0};
     rssm_timing t = {0.0, 0.0, 0};
-    st = pass(ctx, p->pool.buffer, p->pool.buffer, &o, bytes, reps, flip, "in-place pass", &t, err);
+    st = pass(ctx, seg, n, &o, reps, flip, "in-place pass", &t, err);
     bench_free(ctx, &o);
     if (st == RSSM_OK)
         *seconds = t.median_seconds;
@@ -383,8 +411,9 @@ rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second
     }
     rssm_timing t = {0.0, 0.0, 0};
     bench o = {0};
+    const pass_segment seg = {a.buffer, b.buffer, bytes};
     if (st == RSSM_OK)
-        st = pass(ctx, a.buffer, b.buffer, &o, bytes, 5, 0, "copy", &t, err);
+        st = pass(ctx, &seg, 1, &o, 5, 0, "copy", &t, err);
     bench_free(ctx, &o);
     vk_buffer_destroy(ctx, &a);
     vk_buffer_destroy(ctx, &b);

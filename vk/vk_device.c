@@ -349,6 +349,12 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     }
 #endif
 
+    /* A pool is an array of buffers indexed by each workgroup's slot (vk_abi.h). */
+    if (!f.features.shaderStorageBufferArrayDynamicIndexing ||
+        ctx->props.limits.maxPerStageDescriptorStorageBuffers < RSSM_VK_POOL_BUFFERS + BIND_COUNT - 1)
+        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                              "vulkan: %s cannot index an array of %u storage buffers in a shader",
+                              ctx->props.deviceName, RSSM_VK_POOL_BUFFERS);
     if (!compute_queue(ctx, ctx->phys, &ctx->queue_family, &ctx->timestamp_bits))
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: no compute queue");
     if (!ctx->props.limits.timestampComputeAndGraphics)
@@ -388,9 +394,11 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         dev_exts[n_exts++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (ctx->pipeline_stats)
         dev_exts[n_exts++] = VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME;
+    const VkPhysicalDeviceFeatures core = {.shaderStorageBufferArrayDynamicIndexing = VK_TRUE};
     VkDeviceCreateInfo dci = {
         .sType = VK_STRUCTURE_TYPE_DEVICE_CREATE_INFO,
         .pNext = &e12,
+        .pEnabledFeatures = &core,
         .queueCreateInfoCount = 1,
         .pQueueCreateInfos = &qci,
         .enabledExtensionCount = n_exts,

@@ -5,11 +5,17 @@
 
 #include "vk_compat.h"
 #include "backend.h"
+#include "vk_abi.h"
 
 #include <pthread.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* The decode shaders' bindings (shaders/decode.comp): BIND_POOL is an
+ * array of RSSM_VK_POOL_BUFFERS, the others one buffer each. */
+enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
+       BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
 
 /* Subgroups per workgroup; must match SG_COUNT in shaders/decode.comp. */
 #define VK_SUBGROUPS_PER_WORKGROUP 4u
@@ -97,7 +103,10 @@ typedef struct vk_pool {
     rssm_model model;
     rssm_slot_layout layout;
     uint32_t slots;
-    vk_buffer pool;       /* device-local, slots * slot_bytes */
+    /* Device-local: buffer i holds slots i * slots_per_buffer onwards, as
+     * many as one descriptor binds (vk_abi.h). */
+    vk_buffer bufs[RSSM_VK_POOL_BUFFERS];
+    uint32_t buffers, slots_per_buffer;
     vk_buffer staging;    /* host-visible, one slot */
 } vk_pool;
 
@@ -176,13 +185,16 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the flush pip
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
 /* The decode pipeline of the rows that flush (flush_rows) or of those that
  * do not (replay only); a packed model has the one, flush_rows = true. */
-rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, bool flush_rows,
+rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
                                VkPipeline *out, rssm_error *err);
 /* What every compute pipeline here is laid out as: `bindings` storage
- * buffers (0 .. bindings-1) in one set, one push-constant range of
- * `push_bytes`. Both handles are VK_NULL_HANDLE where their creation failed. */
+ * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
+ * `first_count` (the pool's buffers) and the others single, one
+ * push-constant range of `push_bytes`. Both handles are VK_NULL_HANDLE
+ * where their creation failed. */
 #define VK_MAX_BINDINGS 16u
-rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes,
+                              VkDescriptorSetLayout *set_layout,
                               VkPipelineLayout *layout, rssm_error *err);
 /* A compute pipeline of `spv` through the context's pipeline cache (stored
  * afterwards); `stage_next` and `stage_flags` extend its shader stage.

@@ -57,11 +57,11 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
 enum {
     SPEC_GATE_KIND, SPEC_HEAD_K, SPEC_HEAD_V, SPEC_RING_LEN, SPEC_SG_SIZE, SPEC_STATE_DT,
     SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_FLUSH_ROWS, SPEC_STAGE_D,
-    SPEC_COUNT
+    SPEC_SLOTS_PER_BUFFER, SPEC_COUNT
 };
 
-rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_bytes, VkDescriptorSetLayout *set_layout,
-                              VkPipelineLayout *layout, rssm_error *err)
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes,
+                              VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err)
 {
     *set_layout = VK_NULL_HANDLE;
     *layout = VK_NULL_HANDLE;
@@ -73,7 +73,7 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t push_byte
         binds[i] = (VkDescriptorSetLayoutBinding){
             .binding = i,
             .descriptorType = VK_DESCRIPTOR_TYPE_STORAGE_BUFFER,
-            .descriptorCount = 1,
+            .descriptorCount = i == 0 ? first_count : 1,
             .stageFlags = VK_SHADER_STAGE_COMPUTE_BIT,
         };
     VkDescriptorSetLayoutCreateInfo lci = {
@@ -182,9 +182,10 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
     return RSSM_OK;
 }
 
-rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayout layout, bool flush_rows,
+rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
                                VkPipeline *out, rssm_error *err)
 {
+    const rssm_model *m = &pool->model;
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
@@ -205,6 +206,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const rssm_model *m, VkPipelineLayou
         [SPEC_WG_SIZE] = ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP,
         [SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
         [SPEC_STAGE_D] = stage_d(ctx, m),
+        [SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
     };
     VkSpecializationMapEntry entries[SPEC_COUNT];
     for (uint32_t i = 0; i < SPEC_COUNT; i++)
