@@ -17,14 +17,15 @@
 // the two agree bit for bit.
 //
 // Work split: the workgroup is SG_COUNT subgroups. Per-channel work (gates,
-// decays) is spread over all invocations, the ring coefficients over all
-// (entry, channel quad) pairs; the V state rows go to subgroups in blocks of
-// ROW_BLOCK rows, whose invocations split a row's K channels in quads
-// (16-byte loads) and its ring entries (one d_j[v] each), and reduce the
-// block's rows with one subgroupAdd. 16-bit arrays are written in whole words.
-// No invocation keeps an array indexed by ring entry: on a GPU such an array
-// lives in local (off-chip) memory, which made the first version of this
-// kernel several times slower than packed (docs/design.md §8).
+// decays) is spread over all invocations, the ring coefficients one entry
+// per subgroup (its lanes over the channel quads); the V state rows go to
+// subgroups in blocks of ROW_BLOCK rows, whose invocations split a row's K
+// channels in quads (16-byte loads) and its ring entries (one d_j[v] each),
+// and reduce the block's rows with one subgroupAdd. 16-bit arrays are
+// written in whole words. No invocation keeps an array indexed by ring
+// entry: on a GPU such an array lives in local (off-chip) memory, which made
+// the first version of this kernel several times slower than packed
+// (docs/design.md §8).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
@@ -181,9 +182,10 @@ shared vec4 s_red[SG_COUNT];
 shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
 // Ring entries a lane of a row's subgroup reads (entry lane + i * SG_SIZE).
 const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
-// Ring entry j's d[v], read from the pool where it is used, not staged in
-// shared memory: the readout reads each value once (one lane per entry), and
-// a flush's row update once more with one index for its whole subgroup.
+// Ring entry j's d[v], read from the pool where it is used: the readout
+// reads each value once (one lane per entry); a flush's row update reads it
+// once more with one index for its whole subgroup, from s_dring where the
+// portable flush pipeline stages it (STAGE_D).
 #define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #if RSSM_TILES == 0
 shared float s_dring[1u + (RING_CAP * HEAD_V - 1u) * FLUSH_ROWS * STAGE_D];  // [j][v]
