@@ -67,7 +67,11 @@ int cli_double(const char *cmd, const char *opt, const char *s, double *out)
     return 1;
 }
 
-int cli_u32_list(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t max, size_t *n)
+/* Splits `s` at commas and hands the i-th value to item(i) (i < max); *n
+ * is the count. Every list option's messages come from here. */
+typedef int (*cli_item_fn)(const char *cmd, const char *opt, const char *tok, size_t i, const void *ctx);
+static int cli_list(const char *cmd, const char *opt, const char *s, size_t max, size_t *n, cli_item_fn item,
+                    const void *ctx)
 {
     *n = 0;
     char buf[256];
@@ -81,7 +85,7 @@ int cli_u32_list(const char *cmd, const char *opt, const char *s, uint32_t *out,
             fprintf(stderr, "rssm %s: %s: at most %zu values\n", cmd, opt, max);
             return 0;
         }
-        if (!cli_u32(cmd, opt, tok, &out[*n]))
+        if (!item(cmd, opt, tok, *n, ctx))
             return 0;
         ++*n;
     }
@@ -90,6 +94,46 @@ int cli_u32_list(const char *cmd, const char *opt, const char *s, uint32_t *out,
         return 0;
     }
     return 1;
+}
+
+typedef struct u32_out {
+    uint32_t *out;
+} u32_out;
+
+static int u32_item(const char *cmd, const char *opt, const char *tok, size_t i, const void *ctx)
+{
+    return cli_u32(cmd, opt, tok, &((const u32_out *)ctx)->out[i]);
+}
+
+int cli_u32_list(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t max, size_t *n)
+{
+    const u32_out o = {out};
+    return cli_list(cmd, opt, s, max, n, u32_item, &o);
+}
+
+typedef struct word_out {
+    const char *const *words;
+    size_t nw;
+    int *out;
+} word_out;
+
+static int word_item(const char *cmd, const char *opt, const char *tok, size_t i, const void *ctx)
+{
+    const word_out *o = ctx;
+    for (size_t w = 0; w < o->nw; w++)
+        if (strcmp(tok, o->words[w]) == 0) {
+            o->out[i] = (int)w;
+            return 1;
+        }
+    fprintf(stderr, "rssm %s: %s: unknown value '%s'\n", cmd, opt, tok);
+    return 0;
+}
+
+int cli_word_list(const char *cmd, const char *opt, const char *s, const char *const *words, size_t nw, int *out,
+                  size_t *n)
+{
+    const word_out o = {words, nw, out};
+    return cli_list(cmd, opt, s, nw, n, word_item, &o);
 }
 
 int cli_unknown(const char *cmd, const char *arg)

@@ -28,6 +28,10 @@ int cli_u64(const char *cmd, const char *opt, const char *s, uint64_t *out);
 int cli_double(const char *cmd, const char *opt, const char *s, double *out);
 /* "1,16,64": up to max values, at least one. */
 int cli_u32_list(const char *cmd, const char *opt, const char *s, uint32_t *out, size_t max, size_t *n);
+/* "a,b" over the vocabulary words[0..nw-1], at most nw values: out[i] is the
+ * index of the i-th. 0 (with a message) on an unknown or missing value. */
+int cli_word_list(const char *cmd, const char *opt, const char *s, const char *const *words, size_t nw, int *out,
+                  size_t *n);
 
 /* Prints "rssm CMD: unknown option 'ARG' (see rssm CMD --help)"; returns CLI_USAGE. */
 int cli_unknown(const char *cmd, const char *arg);

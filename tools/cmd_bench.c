@@ -105,38 +105,6 @@ static int parse_dtype(const char *cmd, const char *opt, const char *s, rssm_dty
     return 1;
 }
 
-/* "a,b" over a fixed vocabulary; returns the indices. */
-static int parse_words(const char *cmd, const char *opt, const char *s, const char *const *words, size_t nw,
-                       int *out, size_t *n)
-{
-    char buf[128];
-    *n = 0;
-    if (strlen(s) >= sizeof buf) {
-        fprintf(stderr, "rssm %s: %s: list too long\n", cmd, opt);
-        return 0;
-    }
-    strcpy(buf, s);
-    for (char *tok = strtok(buf, ","); tok; tok = strtok(NULL, ",")) {
-        size_t i = 0;
-        while (i < nw && strcmp(tok, words[i]) != 0)
-            i++;
-        if (i == nw) {
-            fprintf(stderr, "rssm %s: %s: unknown value '%s'\n", cmd, opt, tok);
-            return 0;
-        }
-        if (*n == nw) {
-            fprintf(stderr, "rssm %s: %s: too many values\n", cmd, opt);
-            return 0;
-        }
-        out[(*n)++] = (int)i;
-    }
-    if (*n == 0) {
-        fprintf(stderr, "rssm %s: %s: empty list\n", cmd, opt);
-        return 0;
-    }
-    return 1;
-}
-
 /* ------------------------------------------------------------ inputs */
 
 /* Random, non-zero step inputs for `rows` rows in host memory. */
@@ -541,20 +509,20 @@ int cmd_bench(int argc, char **argv)
                 }
             set_ring = 1;
         } else if ((k = cli_value(cmd, argc, argv, &i, "--gate", &v)) != 0) {
-            if (k < 0 || !parse_words(cmd, "--gate", v, gate_words, 2, idx, &n))
+            if (k < 0 || !cli_word_list(cmd, "--gate", v, gate_words, 2, idx, &n))
                 return CLI_USAGE;
             o.ngate = n;
             for (size_t j = 0; j < n; j++)
                 o.gate[j] = idx[j] ? RSSM_GATE_KDA : RSSM_GATE_GDN;
         } else if ((k = cli_value(cmd, argc, argv, &i, "--state", &v)) != 0) {
-            if (k < 0 || !parse_words(cmd, "--state", v, state_words, 2, idx, &n))
+            if (k < 0 || !cli_word_list(cmd, "--state", v, state_words, 2, idx, &n))
                 return CLI_USAGE;
             o.nstate = n;
             for (size_t j = 0; j < n; j++)
                 o.state[j] = idx[j] ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32;
             set_state = 1;
         } else if ((k = cli_value(cmd, argc, argv, &i, "--positions", &v)) != 0) {
-            if (k < 0 || !parse_words(cmd, "--positions", v, pos_words, 2, idx, &n))
+            if (k < 0 || !cli_word_list(cmd, "--positions", v, pos_words, 2, idx, &n))
                 return CLI_USAGE;
             o.npos = n;
             for (size_t j = 0; j < n; j++)
