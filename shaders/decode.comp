@@ -51,35 +51,35 @@
 #error "the _cm variants are replay kernels: the packed update is rank 1"
 #endif
 
-// Specialization constants; the host (vk/vk_pipeline.c) sets every one.
-layout(constant_id = 0) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
-layout(constant_id = 1) const uint HEAD_K = 128u;
-layout(constant_id = 2) const uint HEAD_V = 128u;
-layout(constant_id = 3) const uint RING_LEN = 16u;  // 1 for the packed module
-layout(constant_id = 4) const uint SG_SIZE = 32u;   // the pipeline requires it
-layout(constant_id = 5) const uint STATE_DT = 0u;   // RSSM_CODE_DTYPE_*
-layout(constant_id = 6) const uint RING_DT = 1u;
-layout(constant_id = 7) const uint IO_DT = 0u;
-layout(constant_id = 8) const uint TILE_M = 16u;
-layout(constant_id = 9) const uint TILE_N = 16u;
-layout(constant_id = 10) const uint TILE_K = 16u;
-layout(local_size_x_id = 11) in;                    // SG_COUNT * SG_SIZE
+// Specialization constants (ids in vk_abi.h); the host (vk/vk_pipeline.c)
+// sets every one.
+layout(constant_id = RSSM_VK_SPEC_GATE_KIND) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
+layout(constant_id = RSSM_VK_SPEC_HEAD_K) const uint HEAD_K = 128u;
+layout(constant_id = RSSM_VK_SPEC_HEAD_V) const uint HEAD_V = 128u;
+layout(constant_id = RSSM_VK_SPEC_RING_LEN) const uint RING_LEN = 16u;  // 1 for the packed module
+layout(constant_id = RSSM_VK_SPEC_SG_SIZE) const uint SG_SIZE = 32u;   // the pipeline requires it
+layout(constant_id = RSSM_VK_SPEC_STATE_DT) const uint STATE_DT = 0u;   // RSSM_CODE_DTYPE_*
+layout(constant_id = RSSM_VK_SPEC_RING_DT) const uint RING_DT = 1u;
+layout(constant_id = RSSM_VK_SPEC_IO_DT) const uint IO_DT = 0u;
+layout(constant_id = RSSM_VK_SPEC_TILE_M) const uint TILE_M = 16u;
+layout(constant_id = RSSM_VK_SPEC_TILE_N) const uint TILE_N = 16u;
+layout(constant_id = RSSM_VK_SPEC_TILE_K) const uint TILE_K = 16u;
+layout(local_size_x_id = RSSM_VK_SPEC_WG_SIZE) in;  // SG_COUNT * SG_SIZE
 // Replay: which rows of the step this pipeline runs, 0 those that do not
 // flush, 1 those that do (the other pipeline's workgroups return at once).
 // Only a flush needs KK_j and the tiles in shared memory, and a GPU keeps
 // fewer workgroups resident the more shared memory each takes: the
 // read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
-layout(constant_id = 12) const uint FLUSH_ROWS = 1u;
+layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
 // Portable flush pipeline: 1 when the ring's d fits in shared memory beside
 // the rest (the host decides, vk/vk_pipeline.c): the row update then reads
 // d_j[v] from shared memory instead of one memory round trip per entry.
-layout(constant_id = 13) const uint STAGE_D = 0u;
+layout(constant_id = RSSM_VK_SPEC_STAGE_D) const uint STAGE_D = 0u;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
 // of buffer s / SLOTS_PER_BUFFER.
-layout(constant_id = 14) const uint SLOTS_PER_BUFFER = 1u;
+layout(constant_id = RSSM_VK_SPEC_SLOTS_PER_BUFFER) const uint SLOTS_PER_BUFFER = 1u;
 
-// Must match VK_SUBGROUPS_PER_WORKGROUP in vk/vk_internal.h.
-const uint SG_COUNT = 4u;
+const uint SG_COUNT = RSSM_VK_SUBGROUPS;
 const uint WG_SIZE = SG_COUNT * SG_SIZE;
 const uint RING_CAP = RING_LEN - 1u;
 // Channel quads one invocation holds of a state row.

@@ -10,4 +10,26 @@
  * an array of this many, and a workgroup indexes it with its slot's buffer. */
 #define RSSM_VK_POOL_BUFFERS 16
 
+/* Subgroups per decode workgroup. */
+#define RSSM_VK_SUBGROUPS 4
+
+/* The decode shaders' specialization-constant ids (what each means is in
+ * shaders/decode.comp); vk/vk_pipeline.c sets every one. */
+#define RSSM_VK_SPEC_GATE_KIND 0
+#define RSSM_VK_SPEC_HEAD_K 1
+#define RSSM_VK_SPEC_HEAD_V 2
+#define RSSM_VK_SPEC_RING_LEN 3
+#define RSSM_VK_SPEC_SG_SIZE 4
+#define RSSM_VK_SPEC_STATE_DT 5
+#define RSSM_VK_SPEC_RING_DT 6
+#define RSSM_VK_SPEC_IO_DT 7
+#define RSSM_VK_SPEC_TILE_M 8
+#define RSSM_VK_SPEC_TILE_N 9
+#define RSSM_VK_SPEC_TILE_K 10
+#define RSSM_VK_SPEC_WG_SIZE 11
+#define RSSM_VK_SPEC_FLUSH_ROWS 12
+#define RSSM_VK_SPEC_STAGE_D 13
+#define RSSM_VK_SPEC_SLOTS_PER_BUFFER 14
+#define RSSM_VK_SPEC_COUNT 15
+
 #endif

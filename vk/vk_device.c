@@ -336,7 +336,7 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
                                  sub.subgroupSize >= sizes.minSubgroupSize &&
                                  sub.subgroupSize <= sizes.maxSubgroupSize;
     if (ctx->subgroup_size == 0 || (ctx->subgroup_size & (ctx->subgroup_size - 1)) != 0 ||
-        ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP > ctx->props.limits.maxComputeWorkGroupInvocations)
+        ctx->subgroup_size * RSSM_VK_SUBGROUPS > ctx->props.limits.maxComputeWorkGroupInvocations)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: subgroup size %u is not usable",
                               ctx->subgroup_size);
 

@@ -17,8 +17,6 @@
 enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
        BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
 
-/* Subgroups per workgroup; must match SG_COUNT in shaders/decode.comp. */
-#define VK_SUBGROUPS_PER_WORKGROUP 4u
 
 /* Longest pipeline-cache file path (vk_cache.c). */
 #define VK_CACHE_PATH_MAX 512

@@ -26,7 +26,7 @@ static uint32_t stage_d(const vk_ctx *ctx, const rssm_model *m)
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
 {
     const size_t K = m->head_k, V = m->head_v, L = m->replay ? m->ring_len : 1;
-    const size_t S = VK_SUBGROUPS_PER_WORKGROUP;
+    const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
     if (!m->replay)
         return bytes;
@@ -53,12 +53,6 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
     }
 }
 
-/* Specialization constant ids of shaders/decode.comp. */
-enum {
-    SPEC_GATE_KIND, SPEC_HEAD_K, SPEC_HEAD_V, SPEC_RING_LEN, SPEC_SG_SIZE, SPEC_STATE_DT,
-    SPEC_RING_DT, SPEC_IO_DT, SPEC_TILE_M, SPEC_TILE_N, SPEC_TILE_K, SPEC_WG_SIZE, SPEC_FLUSH_ROWS, SPEC_STAGE_D,
-    SPEC_SLOTS_PER_BUFFER, SPEC_COUNT
-};
 
 rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes,
                               VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err)
@@ -189,30 +183,30 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
-    uint32_t values[SPEC_COUNT] = {
-        [SPEC_GATE_KIND] = (uint32_t)m->gate_kind,
-        [SPEC_HEAD_K] = m->head_k,
-        [SPEC_HEAD_V] = m->head_v,
-        [SPEC_RING_LEN] = m->replay ? m->ring_len : 1u,
-        [SPEC_SG_SIZE] = ctx->subgroup_size,
-        [SPEC_STATE_DT] = (uint32_t)m->state_dtype,
+    uint32_t values[RSSM_VK_SPEC_COUNT] = {
+        [RSSM_VK_SPEC_GATE_KIND] = (uint32_t)m->gate_kind,
+        [RSSM_VK_SPEC_HEAD_K] = m->head_k,
+        [RSSM_VK_SPEC_HEAD_V] = m->head_v,
+        [RSSM_VK_SPEC_RING_LEN] = m->replay ? m->ring_len : 1u,
+        [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
+        [RSSM_VK_SPEC_STATE_DT] = (uint32_t)m->state_dtype,
         /* The packed module has no ring: one value, so packed models that
          * differ only in their (unused) ring dtype share a pipeline. */
-        [SPEC_RING_DT] = m->replay ? (uint32_t)m->ring_dtype : (uint32_t)RSSM_DTYPE_F32,
-        [SPEC_IO_DT] = (uint32_t)m->io_dtype,
-        [SPEC_TILE_M] = ctx->tile_m,
-        [SPEC_TILE_N] = ctx->tile_n,
-        [SPEC_TILE_K] = ctx->tile_k,
-        [SPEC_WG_SIZE] = ctx->subgroup_size * VK_SUBGROUPS_PER_WORKGROUP,
-        [SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
-        [SPEC_STAGE_D] = stage_d(ctx, m),
-        [SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
+        [RSSM_VK_SPEC_RING_DT] = m->replay ? (uint32_t)m->ring_dtype : (uint32_t)RSSM_DTYPE_F32,
+        [RSSM_VK_SPEC_IO_DT] = (uint32_t)m->io_dtype,
+        [RSSM_VK_SPEC_TILE_M] = ctx->tile_m,
+        [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
+        [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
+        [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
+        [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
+        [RSSM_VK_SPEC_STAGE_D] = stage_d(ctx, m),
+        [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
     };
-    VkSpecializationMapEntry entries[SPEC_COUNT];
-    for (uint32_t i = 0; i < SPEC_COUNT; i++)
+    VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
+    for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
         entries[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
     VkSpecializationInfo spec = {
-        .mapEntryCount = SPEC_COUNT,
+        .mapEntryCount = RSSM_VK_SPEC_COUNT,
         .pMapEntries = entries,
         .dataSize = sizeof values,
         .pData = values,
