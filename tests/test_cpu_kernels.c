@@ -1,6 +1,6 @@
 /*
  * The CPU kernels through the public API (backend "cpu"), checked against
- * the float64 oracle (common/oracle.h) as docs/design.md §6 asks: L = 1 replay is
+ * the float64 oracle (tools/harness/oracle.h) as docs/design.md §6 asks: L = 1 replay is
  * the packed decode bit for bit; replay matches the oracle within the
  * tolerance of its storage dtypes over several ring cycles, with forced
  * flushes mid-ring, rows at different ring positions, NaN in uncommitted
