@@ -28,3 +28,10 @@ rssm_timing rssm_timing_of(double *v, size_t n, uint32_t runs)
     const double median = rssm_median(v, n); /* sorts: v[0] is the fastest */
     return (rssm_timing){.median_seconds = median, .min_seconds = v[0], .runs = runs};
 }
+
+int rssm_warming_up(int warm, uint32_t runs, double started)
+{
+    if (runs == 0)
+        return 1;
+    return warm && runs < RSSM_WARMUP_MAX_RUNS && rssm_now_seconds() - started < RSSM_WARMUP_SECONDS;
+}

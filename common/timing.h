@@ -25,4 +25,10 @@ rssm_timing rssm_timing_of(double *v, size_t n, uint32_t runs);
 /* The most untimed runs, for programs far shorter than that. */
 #define RSSM_WARMUP_MAX_RUNS 10000
 
+/* Whether a backend makes another untimed run after `runs` of them, the
+ * first begun at `started` (rssm_now_seconds): always before the first;
+ * then, when `warm`, until RSSM_WARMUP_SECONDS have passed or
+ * RSSM_WARMUP_MAX_RUNS runs were made. */
+int rssm_warming_up(int warm, uint32_t runs, double started);
+
 #endif

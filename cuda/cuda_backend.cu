@@ -476,8 +476,9 @@ double cuda_batch_last_run_seconds(void *ctx, void *batch)
     return static_cast<const CudaBatch *>(batch)->last_seconds;
 }
 
-/* Median device seconds of `reps` event-timed runs of `launch` on the
- * context's stream, after one untimed run. */
+/* The median and fastest device seconds of `reps` event-timed runs of
+ * `launch` on the context's stream, after the untimed ones of
+ * rssm_warming_up. */
 template <typename Launch>
 rssm_status time_runs(CudaCtx *c, uint32_t reps, bool warm, rssm_timing *timing, rssm_error *err,
                       const char *what, Launch launch)
@@ -489,16 +490,13 @@ rssm_status time_runs(CudaCtx *c, uint32_t reps, bool warm, rssm_timing *timing,
     cudaError_t e = cudaEventCreate(&e0);
     if (e == cudaSuccess)
         e = cudaEventCreate(&e1);
-    /* Untimed until the clocks have ramped up (RSSM_WARMUP_SECONDS), at
-     * least once; then the timed runs back to back. */
-    const double warm_start = rssm_now_seconds();
-    uint32_t warm_runs = 0;
-    while (e == cudaSuccess) {
+    /* Untimed until the clocks have ramped up, then the timed runs back to back. */
+    const double started = rssm_now_seconds();
+    uint32_t untimed = 0;
+    for (; e == cudaSuccess && rssm_warming_up(warm, untimed, started); untimed++) {
         e = launch();
         if (e == cudaSuccess)
             e = cudaStreamSynchronize(c->stream);
-        if (!warm || ++warm_runs >= RSSM_WARMUP_MAX_RUNS || rssm_now_seconds() - warm_start >= RSSM_WARMUP_SECONDS)
-            break;
     }
     for (uint32_t r = 1; r <= reps && e == cudaSuccess; ++r) {
         e = cudaEventRecord(e0, c->stream);
@@ -518,7 +516,7 @@ rssm_status time_runs(CudaCtx *c, uint32_t reps, bool warm, rssm_timing *timing,
     if (e1)
         cudaEventDestroy(e1);
     if (e == cudaSuccess)
-        *timing = rssm_timing_of(t, reps, (warm ? warm_runs : 1) + reps);
+        *timing = rssm_timing_of(t, reps, untimed + reps);
     free(t);
     return e == cudaSuccess ? RSSM_OK : cuda_fail(err, e, what);
 }

@@ -56,10 +56,10 @@ static rssm_status vk_pool_create(void *vctx, const rssm_model *m, const rssm_sl
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
-    /* Whole slots per buffer, as many as one descriptor binds and the
-     * kernels index in 32-bit words (vk_abi.h). */
+    /* Whole slots per buffer, as many as one descriptor binds (vk_abi.h; a
+     * 32-bit range, so the kernels' 32-bit word indices always reach). */
     const uint64_t range = ctx->props.limits.maxStorageBufferRange;
-    const uint64_t per = (range < 4ull * UINT32_MAX ? range : 4ull * UINT32_MAX) / layout->slot_bytes;
+    const uint64_t per = range / layout->slot_bytes;
     if (per == 0)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
                               "vulkan: a slot is %llu bytes; %s binds at most %llu bytes per buffer",

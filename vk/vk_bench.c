@@ -111,52 +111,60 @@ static void bench_timestamp(vk_ctx *ctx, bench *o, uint32_t index)
                                     o->queries, index);
 }
 
-/* Untimed runs (first-use costs: page faults, caches, lazy driver work;
- * then, when `warm`, the clocks: RSSM_WARMUP_SECONDS), at least one, then
- * `reps` timed ones; *timing is their median and minimum. */
-static rssm_status bench_run(vk_ctx *ctx, bench *o, uint32_t reps, bool warm, const char *what,
-                             rssm_timing *timing, rssm_error *err)
+/* One run of the program: submit, wait; *wall is its wall time. */
+static rssm_status submit_wait(vk_ctx *ctx, bench *o, double *wall, rssm_error *err)
 {
-    VkSubmitInfo si = {
+    const VkSubmitInfo si = {
         .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
         .commandBufferCount = 1,
         .pCommandBuffers = &o->cmd,
     };
+    const double t0 = rssm_now_seconds();
+    pthread_mutex_lock(&ctx->queue_lock);
+    VkResult r = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, o->fence);
+    pthread_mutex_unlock(&ctx->queue_lock);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkQueueSubmit (benchmark)", err);
+    o->in_flight = true;
+    r = ctx->vk.vkWaitForFences(ctx->device, 1, &o->fence, VK_TRUE, UINT64_MAX);
+    if (r != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkWaitForFences (benchmark)", err);
+    o->in_flight = false;
+    *wall = rssm_now_seconds() - t0;
+    if ((r = ctx->vk.vkResetFences(ctx->device, 1, &o->fence)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkResetFences", err);
+    return RSSM_OK;
+}
+
+/* Untimed runs (first-use costs: page faults, caches, lazy driver work;
+ * then, when `warm`, the clocks: rssm_warming_up), then `reps` timed ones;
+ * *timing is their median and minimum. */
+static rssm_status bench_run(vk_ctx *ctx, bench *o, uint32_t reps, bool warm, const char *what,
+                             rssm_timing *timing, rssm_error *err)
+{
     const uint64_t mask = ctx->timestamp_bits >= 64 ? ~0ull : (1ull << ctx->timestamp_bits) - 1;
-    const double warm_start = rssm_now_seconds();
-    uint32_t warm_runs = 0;
-    /* i = 0: an untimed run, repeated while warming up. */
-    for (uint32_t i = 0; i <= reps; i++) {
-        const double t0 = rssm_now_seconds();
-        pthread_mutex_lock(&ctx->queue_lock);
-        VkResult r = ctx->vk.vkQueueSubmit(ctx->queue, 1, &si, o->fence);
-        pthread_mutex_unlock(&ctx->queue_lock);
-        if (r != VK_SUCCESS)
-            return vk_fail(ctx, r, "vkQueueSubmit (benchmark)", err);
-        o->in_flight = true;
-        r = ctx->vk.vkWaitForFences(ctx->device, 1, &o->fence, VK_TRUE, UINT64_MAX);
-        if (r != VK_SUCCESS)
-            return vk_fail(ctx, r, "vkWaitForFences (benchmark)", err);
-        o->in_flight = false;
-        const double wall = rssm_now_seconds() - t0;
-        if ((r = ctx->vk.vkResetFences(ctx->device, 1, &o->fence)) != VK_SUCCESS)
-            return vk_fail(ctx, r, "vkResetFences", err);
-        if (i == 0) {
-            if (warm && ++warm_runs < RSSM_WARMUP_MAX_RUNS && rssm_now_seconds() - warm_start < RSSM_WARMUP_SECONDS)
-                i--; /* wraps; the loop's i++ brings it back to 0 */
-            continue;
-        }
-        o->times[i - 1] = wall;
+    const double started = rssm_now_seconds();
+    uint32_t untimed = 0;
+    double wall;
+    rssm_status st;
+    for (; rssm_warming_up(warm, untimed, started); untimed++)
+        if ((st = submit_wait(ctx, o, &wall, err)) != RSSM_OK)
+            return st;
+    for (uint32_t i = 0; i < reps; i++) {
+        if ((st = submit_wait(ctx, o, &wall, err)) != RSSM_OK)
+            return st;
+        o->times[i] = wall;
         if (o->queries) {
             uint64_t ts[2];
-            r = ctx->vk.vkGetQueryPoolResults(ctx->device, o->queries, 0, 2, sizeof ts, ts, sizeof ts[0],
-                                              VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
+            const VkResult r = ctx->vk.vkGetQueryPoolResults(ctx->device, o->queries, 0, 2, sizeof ts, ts,
+                                                             sizeof ts[0],
+                                                             VK_QUERY_RESULT_64_BIT | VK_QUERY_RESULT_WAIT_BIT);
             if (r != VK_SUCCESS)
                 return vk_fail(ctx, r, "vkGetQueryPoolResults", err);
-            o->times[i - 1] = (double)((ts[1] - ts[0]) & mask) * ctx->props.limits.timestampPeriod * 1e-9;
+            o->times[i] = (double)((ts[1] - ts[0]) & mask) * ctx->props.limits.timestampPeriod * 1e-9;
         }
     }
-    const rssm_timing t = rssm_timing_of(o->times, reps, (warm ? warm_runs : 1) + reps);
+    const rssm_timing t = rssm_timing_of(o->times, reps, untimed + reps);
     /* A benchmark divides by it. */
     if (!(t.min_seconds > 0.0))
         return rssm_set_error(err, RSSM_ERR_DEVICE, "vulkan: the %s took no measurable time", what);
@@ -376,10 +384,9 @@ rssm_status vk_pool_inplace_seconds(void *vctx, void *vpool, size_t bytes, uint3
     rssm_timing t = {0.0, 0.0, 0};
     st = pass(ctx, seg, n, &o, reps, flip, "in-place pass", &t, err);
     bench_free(ctx, &o);
-    if (st == RSSM_OK)
-        *seconds = t.median_seconds;
     if (st != RSSM_OK)
         return st;
+    *seconds = t.median_seconds;
     return vk_check_validation(ctx, err);
 }
 

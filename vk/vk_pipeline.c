@@ -100,11 +100,10 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_cou
 static void print_stats(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec, VkPipeline pipeline)
 {
     VkPipelineInfoKHR pi = {.sType = VK_STRUCTURE_TYPE_PIPELINE_INFO_KHR, .pipeline = pipeline};
-    uint32_t n = 0;
     VkPipelineExecutablePropertiesKHR exe[4];
-    for (uint32_t i = 0; i < 4; i++)
+    uint32_t n = 4;
+    for (uint32_t i = 0; i < n; i++)
         exe[i] = (VkPipelineExecutablePropertiesKHR){.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_PROPERTIES_KHR};
-    n = 4;
     if (ctx->vk.vkGetPipelineExecutablePropertiesKHR(ctx->device, &pi, &n, exe) < 0)
         return;
     for (uint32_t e = 0; e < n; e++) {
