@@ -265,15 +265,18 @@ static rssm_status inplace_pipeline(vk_ctx *ctx, bench *o, uint32_t wg_size, rss
     return vk_compute_pipeline(ctx, &vk_spirv_inplace, &spec, NULL, 0, o->pipeline_layout, &o->pipeline, err);
 }
 
-/* One buffer range a pass reads (src) and writes (dst): the same buffer for
- * the in-place pass, two for a copy. */
+/* One buffer range a pass reads (src) and writes (dst), at the same offset
+ * in both, no longer than one descriptor binds: the same buffer for the
+ * in-place pass, two for a copy. */
 typedef struct pass_segment {
     VkBuffer src, dst;
+    VkDeviceSize offset;
     size_t bytes;
 } pass_segment;
 
-/* shaders/inplace.comp over each segment, one dispatch each, all in one
- * timed program (segments touch different memory: no barrier between). */
+/* shaders/inplace.comp over each segment (at most RSSM_VK_POOL_BUFFERS), one
+ * dispatch each, all in one timed program (segments touch different memory:
+ * no barrier between). */
 static rssm_status pass(vk_ctx *ctx, const pass_segment *seg, uint32_t segments, bench *o, uint32_t reps,
                         uint32_t flip, const char *what, rssm_timing *timing, rssm_error *err)
 {
@@ -314,7 +317,8 @@ static rssm_status pass(vk_ctx *ctx, const pass_segment *seg, uint32_t segments,
     if ((r = ctx->vk.vkAllocateDescriptorSets(ctx->device, &sai, o->sets)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkAllocateDescriptorSets", err);
     for (uint32_t i = 0; i < segments; i++) {
-        VkDescriptorBufferInfo info[2] = {{seg[i].src, 0, seg[i].bytes}, {seg[i].dst, 0, seg[i].bytes}};
+        VkDescriptorBufferInfo info[2] = {{seg[i].src, seg[i].offset, seg[i].bytes},
+                                          {seg[i].dst, seg[i].offset, seg[i].bytes}};
         VkWriteDescriptorSet w = {
             .sType = VK_STRUCTURE_TYPE_WRITE_DESCRIPTOR_SET,
             .dstSet = o->sets[i],
@@ -377,7 +381,7 @@ rssm_status vk_pool_inplace_seconds(void *vctx, void *vpool, size_t bytes, uint3
     uint32_t n = 0;
     for (size_t left = bytes; left > 0 && n < p->buffers; n++) {
         const size_t here = left < (size_t)p->bufs[n].size ? left : (size_t)p->bufs[n].size;
-        seg[n] = (pass_segment){p->bufs[n].buffer, p->bufs[n].buffer, here - here % 16};
+        seg[n] = (pass_segment){p->bufs[n].buffer, p->bufs[n].buffer, 0, here - here % 16};
         left -= here;
     }
     bench o = {0};
@@ -400,10 +404,16 @@ rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
+    /* One segment per descriptor's worth (maxStorageBufferRange, rounded to
+     * the offset alignment), as many as the pass takes. */
+    const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
+    const VkDeviceSize align = lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
+    const uint64_t per = lim->maxStorageBufferRange / align * align;
     bytes -= bytes % 16;
-    if (bytes == 0 || bytes / 16 > UINT32_MAX)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "vulkan: a copy of %zu bytes: must be 16 bytes "
-                              "to 64 GiB", bytes);
+    if (bytes == 0 || per == 0 || (bytes + per - 1) / per > RSSM_VK_POOL_BUFFERS)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "vulkan: a copy of %zu bytes: must be 16 bytes to %u x %llu bytes", bytes,
+                              RSSM_VK_POOL_BUFFERS, (unsigned long long)per);
     vk_buffer a, b;
     if ((st = vk_buffer_create(ctx, bytes, VK_MEMORY_DEVICE, &a, err)) != RSSM_OK)
         return st;
@@ -416,11 +426,14 @@ rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second
         ctx->vk.vkCmdFillBuffer(ctx->transfer_cmd, a.buffer, 0, VK_WHOLE_SIZE, 0x3f800000u);
         st = vk_transfer_submit_wait(ctx, err);
     }
+    pass_segment seg[RSSM_VK_POOL_BUFFERS];
+    uint32_t n = 0;
+    for (VkDeviceSize off = 0; off < bytes; off += per, n++)
+        seg[n] = (pass_segment){a.buffer, b.buffer, off, bytes - off < per ? bytes - off : per};
     rssm_timing t = {0.0, 0.0, 0};
     bench o = {0};
-    const pass_segment seg = {a.buffer, b.buffer, bytes};
     if (st == RSSM_OK)
-        st = pass(ctx, &seg, 1, &o, 5, 0, "copy", &t, err);
+        st = pass(ctx, seg, n, &o, 5, 0, "copy", &t, err);
     bench_free(ctx, &o);
     vk_buffer_destroy(ctx, &a);
     vk_buffer_destroy(ctx, &b);
