@@ -7,8 +7,8 @@
 //   RSSM_REPLAY 1   ReplaySSM decode: factored readout from the checkpoint C
 //                   and the ring; append to the ring, or on a flush write
 //                   C' = C*diag(alpha*Gamma) + [D | d] [KK ; k] (rank n+1)
-//   RSSM_TILES 0    portable: subgroup arithmetic and shared memory; the
-//                   flush is fused into the readout's row loop
+//   RSSM_TILES 0    portable: subgroup arithmetic; the flush is fused into
+//                   the readout's row loop
 //   RSSM_TILES 1,2  `_cm`: a flush with n >= 1 ring entries is a
 //                   [V x (n+1)] x [(n+1) x K] product through tile.glsl
 //                   (1: KHR cooperative matrix, 2: emulated tiles)
@@ -16,20 +16,27 @@
 // the same order (`precise` keeps the compiler from fusing differently), so
 // the two agree bit for bit.
 //
-// Work split: the workgroup is SG_COUNT subgroups. Per-channel work (gates,
-// decays) is spread over all invocations, the ring coefficients one entry
-// per subgroup (its lanes over the channel quads); the V state rows go to
-// subgroups in blocks of ROW_BLOCK rows, whose invocations split a row's K
-// channels in quads (16-byte loads) and its ring entries (one d_j[v] each),
-// and reduce the block's rows with one subgroupAdd. 16-bit arrays are
-// written in whole words. No invocation keeps an array indexed by ring
-// entry: on a GPU such an array lives in local (off-chip) memory, which made
-// the first version of this kernel several times slower than packed
-// (docs/design.md §8).
+// Work split: the workgroup is SG_COUNT subgroups, on V / ROW_SPLIT rows of
+// one value head. Per-channel work (gates, decays) is spread over all
+// invocations; the ring coefficients over the subgroups, one entry each in
+// turn (its lanes over the channel quads); the rows go to subgroups in
+// blocks of ROW_BLOCK rows, whose invocations split a row's K channels in
+// quads (16-byte loads) and its ring entries (one d_j[v] each), and reduce
+// the block's rows with one subgroupAdd. 16-bit arrays are written in whole
+// words.
+//
+// What a GPU needs of it (docs/design.md §8, measured on an H200): every
+// load of a block issued before any is used; arrays indexed only by
+// constants after unrolling (else they live in local, off-chip memory); as
+// little shared memory as possible, as a workgroup's shared memory limits
+// how many are resident and a read-only step needs them all; no chain of
+// dependent memory round trips (the ring is read into registers as it is
+// walked, not staged).
 #version 450
 #extension GL_GOOGLE_include_directive : require
 #extension GL_KHR_shader_subgroup_basic : require
 #extension GL_KHR_shader_subgroup_arithmetic : require
+#extension GL_KHR_shader_subgroup_shuffle : require
 #extension GL_EXT_control_flow_attributes : require
 #if RSSM_TILES == 1
 #extension GL_KHR_cooperative_matrix : require
@@ -71,13 +78,24 @@ layout(local_size_x_id = RSSM_VK_SPEC_WG_SIZE) in;  // SG_COUNT * SG_SIZE
 // fewer workgroups resident the more shared memory each takes: the
 // read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
 layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
-// Portable flush pipeline: 1 when the ring's d fits in shared memory beside
-// the rest (the host decides, vk/vk_pipeline.c): the row update then reads
-// d_j[v] from shared memory instead of one memory round trip per entry.
-layout(constant_id = RSSM_VK_SPEC_STAGE_D) const uint STAGE_D = 0u;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
 // of buffer s / SLOTS_PER_BUFFER.
 layout(constant_id = RSSM_VK_SPEC_SLOTS_PER_BUFFER) const uint SLOTS_PER_BUFFER = 1u;
+// Workgroups per value head, each with V / ROW_SPLIT consecutive rows (a
+// multiple of SG_COUNT * ROW_BLOCK; the host decides, vk/vk_pipeline.c). A
+// small batch has too few (row, head) pairs to keep a GPU's memory busy,
+// and a workgroup's passes over its rows are a chain of memory round trips;
+// each workgroup of a head repeats the per-channel and ring-coefficient work.
+layout(constant_id = RSSM_VK_SPEC_ROW_SPLIT) const uint ROW_SPLIT = 1u;
+// 1: a subgroup issues the loads of its next block of rows before it
+// reduces the current one, so a block's memory latency overlaps the work
+// on the one before; costs a second block of registers (vk/vk_pipeline.c).
+layout(constant_id = RSSM_VK_SPEC_PREFETCH) const uint PREFETCH = 0u;
+// 1 on a GPU: the walk over the ring entries in the coefficient pass is
+// unrolled, so that its loads go out together and its per-entry registers
+// have fixed names. 0 on a CPU device (lavapipe), where registers are memory
+// anyway and the unrolled body multiplies the compile time.
+layout(constant_id = RSSM_VK_SPEC_UNROLL_RING) const uint UNROLL_RING = 1u;
 
 const uint SG_COUNT = RSSM_VK_SUBGROUPS;
 const uint WG_SIZE = SG_COUNT * SG_SIZE;
@@ -87,7 +105,8 @@ const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 // State rows a subgroup reads at once (the readout reduces them together).
 // A literal: the NVIDIA compiler kept arrays sized by a specialization
 // constant expression in local (off-chip) memory.
-const uint ROW_BLOCK = 4u;
+const uint ROW_BLOCK = RSSM_VK_ROW_BLOCK;
+const uint ROWS_PER_PASS = SG_COUNT * ROW_BLOCK;
 
 layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
 
@@ -180,17 +199,31 @@ shared vec4 s_red[SG_COUNT];
 
 #if RSSM_REPLAY
 shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
+// KK_j of a `_cm` flush, for its tile staging (entry j's quad q at
+// j * KQ + q; kr4_put). The emulated-tile flush pipeline keeps it
+// in the staging s_kx itself: it has no room for more within lavapipe's
+// 32 KiB.
+#if RSSM_TILES == 2
+#define KR_IN_KX (FLUSH_ROWS != 0u)
+shared vec4 s_kr4[1];
+#else
+#define KR_IN_KX false
+shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_LEN * KQ) : 1u];
+#endif
+// The portable flush keeps KK_j of its lane's channel quads in registers
+// (kk_r): a lane holds the same quads of every row it updates.
+#define KK_IN_REGS (RSSM_TILES == 0 && FLUSH_ROWS != 0u)
+const uint RING_SLOTS = RING_CAP + 1u; // array sizes: never 0 (L = 1)
+// Ring entries per subgroup in the coefficient pass.
+const uint ENTRY_ITERS = (RING_CAP + SG_COUNT - 1u) / SG_COUNT;
+const uint ENTRY_SLOTS = ENTRY_ITERS + 1u; // array sizes: never 0 (L = 1)
 // Ring entries a lane of a row's subgroup reads (entry lane + i * SG_SIZE).
 const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 // Ring entry j's d[v], read from the pool where it is used: the readout
-// reads each value once (one lane per entry); a flush's row update reads it
-// once more with one index for its whole subgroup, from s_dring where the
-// portable flush pipeline stages it (STAGE_D).
+// reads each value once (one lane per entry); a flush's row update takes
+// it from that lane by shuffle (entries past the subgroup's size: read
+// again).
 #define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
-#if RSSM_TILES == 0
-shared float s_dring[1u + (RING_CAP * HEAD_V - 1u) * FLUSH_ROWS * STAGE_D];  // [j][v]
-#endif
-#define RING_D2(j, v) pool_load2(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
 #endif
 
 #if RSSM_TILES != 0
@@ -202,29 +235,29 @@ const uint PAD_K = (HEAD_K + TILE_N - 1u) / TILE_N * TILE_N;
 shared TILE_AB_T s_dx[FLUSH_ONLY(PAD_V * PAD_J)];  // [V][j]: d_0..d_{n-1}, zeros
 shared TILE_AB_T s_kx[FLUSH_ONLY(PAD_J * PAD_K)];  // [j][K]: KK_0..KK_{n-1}, zeros
 #if RSSM_TILES == 1
-const uint KK_STRIDE = HEAD_K;
-shared float s_kk[FLUSH_ONLY(RING_LEN * HEAD_K)];  // fp32 KK for the row update
 const uint TILE_SCRATCH = TILE_M * TILE_N;
 #else
 // The emulation keeps KK in fp32 in s_kx itself and rounds on tile load.
-#define s_kk s_kx
-const uint KK_STRIDE = PAD_K;
 const uint TILE_SCRATCH = TILE_M * TILE_K + TILE_K * TILE_N;  // >= TILE_M*TILE_N
 #endif
 shared float s_tile[FLUSH_ONLY(SG_COUNT * TILE_SCRATCH)];
-#define KK4(j, q) vec4(s_kk[(j) * KK_STRIDE + 4u * (q)], s_kk[(j) * KK_STRIDE + 4u * (q) + 1u], \
-                       s_kk[(j) * KK_STRIDE + 4u * (q) + 2u], s_kk[(j) * KK_STRIDE + 4u * (q) + 3u])
-void kk4_set(uint j, uint q, vec4 x)
+#endif
+
+#if RSSM_REPLAY
+// KK_j[c] = k_j[c] gamma_j[c] alpha[c] (fp32) for a `_cm` flush's tiles.
+void kr4_put(uint j, uint q, vec4 x)
 {
-    s_kk[j * KK_STRIDE + 4u * q] = x.x;
-    s_kk[j * KK_STRIDE + 4u * q + 1u] = x.y;
-    s_kk[j * KK_STRIDE + 4u * q + 2u] = x.z;
-    s_kk[j * KK_STRIDE + 4u * q + 3u] = x.w;
+#if RSSM_TILES == 2
+    if (KR_IN_KX) {
+        s_kx[j * PAD_K + 4u * q] = x.x;
+        s_kx[j * PAD_K + 4u * q + 1u] = x.y;
+        s_kx[j * PAD_K + 4u * q + 2u] = x.z;
+        s_kx[j * PAD_K + 4u * q + 3u] = x.w;
+        return;
+    }
+#endif
+    s_kr4[j * KQ + q] = x;
 }
-#elif RSSM_REPLAY
-shared vec4 s_kk4[FLUSH_ONLY(RING_LEN * KQ)];  // KK_j[c] = k_j[c] gamma_j[c] alpha[c]
-#define KK4(j, q) s_kk4[(j) * KQ + (q)]
-void kk4_set(uint j, uint q, vec4 x) { s_kk4[j * KQ + q] = x; }
 #endif
 
 // Sums a vec4 over the workgroup; every invocation gets the total. Also a
@@ -262,39 +295,62 @@ float gate_g(float a, float alog, float bias)
     return params.gate_lower_bound * sigmoid(exp(alog) * x);
 }
 
-// The readout of the ROW_BLOCK rows v0 + r*SG_COUNT: Sbar_q, Sbar_k, then
-// d and o into s_d, s_o; leaves d[r] in scope. KEEP_ROW sees each loaded
-// quad `cv` of row r, quad i. No loop in here may have a run-time trip count:
-// the row and quad loops must unroll so pq, d and the caller's rows stay in
+// Loads the block of ROW_BLOCK rows v0 + r*SG_COUNT into CUR (zeros past
+// this workgroup's rows) and RD[r] = d_j[v] of the ring entry j = lane
+// (zero where there is none): every load of a block is issued before any
+// of it is used, so they are all in flight at once.
+#if RSSM_REPLAY
+#define RSSM_LOAD_RING_D(RD, r, v)                                                 \
+    RD[r] = 0.0;                                                                   \
+    if (FLUSH_ROWS != 0u && v < v_end && lane < n)                                 \
+        RD[r] = RING_D(lane, v);
+#else
+#define RSSM_LOAD_RING_D(RD, r, v) RD[r] = 0.0;
+#endif
+#define RSSM_LOAD_BLOCK(CUR, RD, V0)                                               \
+    [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
+        const uint v = (V0) + r * SG_COUNT;                                        \
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
+            const uint cq = lane + i * SG_SIZE;                                    \
+            CUR[r * ROW_QUADS + i] = vec4(0.0);                                    \
+            if (v < v_end && cq < KQ)                                              \
+                CUR[r * ROW_QUADS + i] = state_load4(c_base, c_elem + v * K + 4u * cq); \
+        }                                                                          \
+        RSSM_LOAD_RING_D(RD, r, v)                                                 \
+    }
+
+// The readout of the block in CUR, RD: Sbar_q, Sbar_k, then d and o into
+// s_d, s_o; leaves d[r] in scope. No loop in here may have a run-time trip
+// count: the row and quad loops must unroll so pq, d and the block stay in
 // registers (an indexed array is a memory round trip per element on a CPU
 // device, where a subgroup is one SIMD register).
-// The ring's share of row v's readout, sum_j d_j[v] c_j, one entry per lane,
-// joins the lane's partial sums before the one reduction.
+// The ring's share of row v's readout, sum_j d_j[v] c_j, one entry per lane
+// (entries past the subgroup's size read where they are used), joins the
+// lane's partial sums before the one reduction.
 #if RSSM_REPLAY
-#define RSSM_READOUT_RING(r, v)                                                    \
-    for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
+#define RSSM_READOUT_RING(RD, r, v)                                                \
+    [[unroll]] for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
         const uint j = lane + jb * SG_SIZE;                                        \
-        if (v < V && j < n) {                                                      \
-            const float dj = RING_D(j, v);                                         \
+        if (v < v_end && j < n) {                                                  \
+            const float dj = FLUSH_ROWS != 0u && jb == 0u ? RD[r] : RING_D(j, v);                      \
             pq[r] += dj * s_c[j].x;                                                \
             pk[r] += dj * s_c[j].y;                                                \
         }                                                                          \
     }
 #else
-#define RSSM_READOUT_RING(r, v)
+#define RSSM_READOUT_RING(RD, r, v)
 #endif
-#define RSSM_READOUT_BLOCK(KEEP_ROW)                                               \
+#define RSSM_READOUT_BLOCK(CUR, RD)                                                \
     precise float pq[ROW_BLOCK], pk[ROW_BLOCK];                                    \
-    for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
+    [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
         const uint v = v0 + r * SG_COUNT;                                          \
         pq[r] = 0.0;                                                               \
         pk[r] = 0.0;                                                               \
-        for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
             const uint cq = lane + i * SG_SIZE;                                    \
-            if (v < V && cq < KQ) {                                                \
-                const vec4 cv = state_load4(c_base, c_elem + v * K + 4u * cq);     \
+            if (v < v_end && cq < KQ) {                                            \
+                const vec4 cv = CUR[r * ROW_QUADS + i];                            \
                 const vec4 wq = wq_r[i], wk = wk_r[i];                             \
-                KEEP_ROW                                                           \
                 pq[r] += cv.x * wq.x;                                              \
                 pq[r] += cv.y * wq.y;                                              \
                 pq[r] += cv.z * wq.z;                                              \
@@ -305,15 +361,15 @@ float gate_g(float a, float alog, float bias)
                 pk[r] += cv.w * wk.w;                                              \
             }                                                                      \
         }                                                                          \
-        RSSM_READOUT_RING(r, v)                                                    \
+        RSSM_READOUT_RING(RD, r, v)                                                \
     }                                                                              \
     precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));               \
     precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));               \
     float d[ROW_BLOCK];                                                            \
-    for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
+    [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
         const uint v = v0 + r * SG_COUNT;                                          \
         d[r] = 0.0;                                                                \
-        if (v < V) {                                                               \
+        if (v < v_end) {                                                           \
             precise const float dv = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk[r]); \
             precise const float o = sq[r] + dv * kq;                               \
             d[r] = dv;                                                             \
@@ -324,9 +380,58 @@ float gate_g(float a, float alog, float bias)
         }                                                                          \
     }
 
+// One entry j of the coefficient pass's walk (below), newest first.
+#define RSSM_WALK_ENTRY(j)                                                         \
+    if (j < n) {                                                                   \
+        const float g_one = kda ? 0.0 : uintBitsToFloat(pool.w[rg_base + hv * RING_CAP + j]); \
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                         \
+            const uint cq = lane + i * SG_SIZE;                                    \
+            if (cq < KQ) {                                                         \
+                precise const vec4 s = s_r[i];                                     \
+                if (KK_IN_REGS) {                                                  \
+                    const vec4 kk = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + 4u * cq) * \
+                                    (exp(s) * alpha_r[i]);                         \
+                    kk_r[(j) * ROW_QUADS + i] = kk;                                \
+                    if (j % SG_COUNT == sg)                                        \
+                        cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
+                } else if (j % SG_COUNT == sg) {                                   \
+                    const vec4 kk = kj_r[(j / SG_COUNT) * ROW_QUADS + i] * (exp(s) * alpha_r[i]); \
+                    if (FLUSH_ROWS != 0u)                                          \
+                        kr4_put(j, cq, kk);                                        \
+                    cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
+                }                                                                  \
+                s_r[i] = s + (kda ? uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + 4u * cq) >> 2]) \
+                                  : vec4(g_one));                                  \
+            }                                                                      \
+        }                                                                          \
+    }
+
+// Ring entry j's share of a flush's row update of the block in cur:
+// C'[v] += d_j[v] KK_j, d_j[v] from the lane that loaded it for the readout.
+#define RSSM_FLUSH_ENTRY(j)                                                        \
+    {                                                                              \
+        float dj[ROW_BLOCK];                                                       \
+        [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                         \
+            const uint v = v0 + r * SG_COUNT;                                      \
+            if (j < SG_SIZE)                                                       \
+                dj[r] = subgroupShuffle(rd[r], j); /* zero past the rows */        \
+            else                                                                   \
+                dj[r] = v < v_end ? RING_D(j, v) : 0.0;                            \
+        }                                                                          \
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                         \
+            const vec4 kk = kk_r[(j) * ROW_QUADS + i];                             \
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                     \
+                precise vec4 acc = cur[r * ROW_QUADS + i];                         \
+                acc += dj[r] * kk;                                                 \
+                cur[r * ROW_QUADS + i] = acc;                                      \
+            }                                                                      \
+        }                                                                          \
+    }
+
 void main()
 {
-    const uint hv = gl_WorkGroupID.x, row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
+    const uint hv = gl_WorkGroupID.x / ROW_SPLIT, part = gl_WorkGroupID.x % ROW_SPLIT;
+    const uint row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
     const uint t = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
     if (row >= hdr.w[RSSM_HEADER_ROWS])
         return; // idle row: uniform for the whole workgroup
@@ -345,11 +450,14 @@ void main()
     // The `_cm` kernels take the flush through tiles when the update has rank
     // > 1; a rank-1 flush (empty ring: L = 1, or forced right after a flush)
     // is the packed update, done row by row exactly as the packed kernel
-    // does, so L = 1 stays bit-identical to packed in every variant.
+    // does, so L = 1 stays bit-identical to packed in every variant. The
+    // tiles cover all V rows: a tile module's flush pipeline has ROW_SPLIT 1.
     const bool tile_flush = RSSM_TILES != 0 && flush && n > 0u;
     const uint HV = params.num_v_heads, H = params.num_qk_heads, K = HEAD_K, V = HEAD_V;
     const uint h = hv / (HV / H);
     const bool kda = GATE_KIND == RSSM_CODE_GATE_KDA;
+    // This workgroup's rows of the head.
+    const uint v_begin = part * (V / ROW_SPLIT), v_end = v_begin + V / ROW_SPLIT;
 
     // Word offsets within the slot's buffer, which the host keeps under
     // 2^32 words. min(): a corrupt header must not index past the array.
@@ -366,15 +474,35 @@ void main()
     const uint v_elem = (lr * HV + hv) * V;
     const uint g_index = kda ? (lr * HV + hv) * K : lr * HV + hv;
 
+    // ---- 0. what depends only on the header, loaded first ------------------
+    // This subgroup's first block of state rows, and the ring staged in
+    // shared memory: their memory latency then overlaps the per-channel
+    // work instead of following it (a chain of round trips per workgroup is
+    // what held the replay behind packed on a GPU, docs/design.md §8).
+    vec4 cur[ROW_BLOCK * ROW_QUADS];
+    float rd[ROW_BLOCK];
+    RSSM_LOAD_BLOCK(cur, rd, v_begin + sg)
+#if RSSM_REPLAY
+    // k_j of the entries this subgroup takes in the coefficient pass.
+    vec4 kj_r[ENTRY_SLOTS * ROW_QUADS];
+    [[unroll]] for (uint e = 0u; e < ENTRY_ITERS; e++)
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+            const uint j = sg + e * SG_COUNT, cq = lane + i * SG_SIZE;
+            kj_r[e * ROW_QUADS + i] = vec4(0.0);
+            if (j < n && cq < KQ)
+                kj_r[e * ROW_QUADS + i] = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + 4u * cq);
+        }
+#endif
+
     // ---- 1. q, k, gate, beta ------------------------------------------------
-    vec4 part = vec4(0.0);
+    vec4 part_sums = vec4(0.0);
     for (uint cq = t; cq < KQ; cq += WG_SIZE) {
         const vec4 q4 = qin_load4(IO_DT, 0u, qk_elem + 4u * cq), k4 = kin_load4(IO_DT, 0u, qk_elem + 4u * cq);
         s_q4[cq] = q4;
         s_k4[cq] = k4;
-        part += vec4(dot4(q4, q4), dot4(k4, k4), dot4(q4, k4), 0.0);
+        part_sums += vec4(dot4(q4, q4), dot4(k4, k4), dot4(q4, k4), 0.0);
     }
-    const vec4 sums = workgroup_sum(part);
+    const vec4 sums = workgroup_sum(part_sums); // also the barrier after the staging
     const bool l2 = (params.flags & RSSM_FLAG_QK_L2NORM) != 0u;
     const float rq = l2 ? 1.0 / sqrt(sums.x + RSSM_L2NORM_EPS) : 1.0;
     const float rk = l2 ? 1.0 / sqrt(sums.y + RSSM_L2NORM_EPS) : 1.0;
@@ -387,8 +515,11 @@ void main()
     // GDN: one decay; every invocation computes it.
     const float g_head = kda ? 0.0 : gate_g(gate.w[g_index], a_log.w[layer * HV + hv], dt_bias.w[layer * HV + hv]);
 
-    // Per channel quad: normalise, this step's decay alpha; with an empty
-    // ring alpha * Gamma is alpha (Gamma = 1), else it comes with the ring.
+    // Per channel quad: normalise, this step's decay alpha, and with a ring
+    // KK_j = k_j gamma_j alpha in place of k_j, gamma_j = exp(gsum_j),
+    // gsum_j = sum of g_i over j < i < n, summed from the newest entry back
+    // in fp32 (docs/design.md §1), and alpha Gamma, Gamma = exp(the whole
+    // sum); then the checkpoint's readout weights alpha Gamma x.
     for (uint cq = t; cq < KQ; cq += WG_SIZE) {
         const uint c = 4u * cq;
         const vec4 qn = s_q4[cq] * qs, kn = s_k4[cq] * rk;
@@ -404,6 +535,8 @@ void main()
                      gate_g(gate.w[g_index + c + 3u], alog, dt_bias.w[bias + 3u]));
             s_g4[cq] = g;
         }
+        // With an empty ring alpha Gamma is alpha (Gamma = 1); else it comes
+        // with the ring coefficients.
         if (n == 0u) {
             const vec4 ag = exp(g);
             s_ag4[cq] = ag;
@@ -412,59 +545,65 @@ void main()
         }
     }
 #if RSSM_REPLAY
+    vec4 kk_r[RING_SLOTS * ROW_QUADS]; // KK_IN_REGS
     if (n > 0u) {
         barrier();
-        // Entry j on subgroup j % SG_COUNT, its lanes over the channel quads:
-        // KK_j = k_j gamma_j alpha, gamma_j = exp(sum of g_i, j < i < n),
-        // summed from the newest entry back in fp32 (docs/design.md §1), and
-        // c_j(x) = KK_j . x for x in {q, k} in one reduction. The lanes of
-        // entry 0 go on to g_0 for Gamma and the checkpoint's readout
-        // weights. Only a flush keeps KK_j, in shared memory.
-        for (uint j = sg; j < n; j += SG_COUNT) {
-            vec2 cj = vec2(0.0);
-            for (uint cq = lane; cq < KQ; cq += SG_SIZE) {
-                const uint c = 4u * cq;
-                vec4 s = vec4(0.0);
-                for (uint i = n - 1u; i > j; i--)
-                    s += kda ? uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + i) * K + c) >> 2])
-                             : vec4(uintBitsToFloat(pool.w[rg_base + hv * RING_CAP + i]));
-                const vec4 alpha = exp(kda ? s_g4[cq] : vec4(g_head));
-                const vec4 kj = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + c);
-                const vec4 kk = kj * (exp(s) * alpha);
-                if (FLUSH_ROWS != 0u)
-                    kk4_set(j, cq, kk);
-                cj += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq]));
-                if (j == 0u) {
-                    s += kda ? uintBitsToFloat(pool4.w[(rg_base + hv * RING_CAP * K + c) >> 2])
-                             : vec4(uintBitsToFloat(pool.w[rg_base + hv * RING_CAP]));
-                    const vec4 ag = alpha * exp(s);
+        // The ring coefficients: every subgroup walks the whole ring from the
+        // newest entry back, its lanes over the channel quads, summing
+        // gsum_j = sum of g_i over j < i < n in fp32 (docs/design.md §1) with
+        // g_j loaded as it goes (the loads do not depend on each other). For
+        // its own entries (j % SG_COUNT == its index) it forms
+        // KK_j = k_j gamma_j alpha, gamma_j = exp(gsum_j), and reduces
+        // c_j(x) = KK_j . x for x in {q, k}; a portable flush forms KK_j of
+        // every entry, for its lane's quads, into kk_r (k_j read as it goes),
+        // a `_cm` flush keeps its own in shared memory for the tiles.
+        // Subgroup 0 ends with the whole sum: Gamma, for the checkpoint's
+        // readout weights alpha Gamma x.
+        vec4 alpha_r[ROW_QUADS], s_r[ROW_QUADS];
+        vec2 cj_r[ENTRY_SLOTS];
+        [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+            const uint cq = min(lane + i * SG_SIZE, KQ - 1u);
+            alpha_r[i] = exp(kda ? s_g4[cq] : vec4(g_head));
+            s_r[i] = vec4(0.0);
+        }
+        [[unroll]] for (uint e = 0u; e < ENTRY_ITERS; e++)
+            cj_r[e] = vec2(0.0);
+        if (UNROLL_RING != 0u) {
+            [[unroll]] for (uint jj = 0u; jj < RING_CAP; jj++) {
+                const uint j = RING_CAP - 1u - jj;
+                RSSM_WALK_ENTRY(j)
+            }
+        } else {
+            for (uint j = n; j-- > 0u;) {
+                RSSM_WALK_ENTRY(j)
+            }
+        }
+        [[unroll]] for (uint e = 0u; e < ENTRY_ITERS; e++) {
+            const uint j = sg + e * SG_COUNT;
+            if (j < n) {
+                const vec2 cj = subgroupAdd(cj_r[e]);
+                if (subgroupElect())
+                    s_c[j] = cj;
+            }
+        }
+        if (sg == 0u)
+            [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+                const uint cq = lane + i * SG_SIZE;
+                if (cq < KQ) {
+                    const vec4 ag = alpha_r[i] * exp(s_r[i]);
                     s_ag4[cq] = ag;
                     s_wq4[cq] = ag * s_q4[cq];
                     s_wk4[cq] = ag * s_k4[cq];
                 }
             }
-            cj = subgroupAdd(cj);
-            if (subgroupElect())
-                s_c[j] = cj;
-        }
-#if RSSM_TILES == 0
-        if (FLUSH_ROWS * STAGE_D != 0u)
-            for (uint p = 2u * t; p < n * V; p += 2u * WG_SIZE) {
-                const vec2 x = RING_D2(p / V, p % V); // V is even: a pair never crosses entries
-                s_dring[p] = x.x;
-                s_dring[p + 1u] = x.y;
-            }
-#endif
     }
 #endif
     barrier();
 
     // ---- 2. readout (and the row-wise flush), ROW_BLOCK rows at a time -------
     // A subgroup takes rows v0, v0 + SG_COUNT, ... of its block together, so
-    // one reduction serves ROW_BLOCK rows and the flush loads each KK_j quad
-    // once per block. Each row's sums are formed in the same order as one at
-    // a time would. The readout is written out twice (RSSM_READOUT_BLOCK):
-    // a step that does not flush keeps no state rows in registers.
+    // one reduction serves ROW_BLOCK rows. Each row's sums are formed in the
+    // same order as one at a time would.
     // This invocation's channel quads of the per-channel vectors, in
     // registers for all its rows.
     vec4 wq_r[ROW_QUADS], wk_r[ROW_QUADS], ag_r[ROW_QUADS], k_r[ROW_QUADS];
@@ -475,48 +614,50 @@ void main()
         ag_r[i] = s_ag4[cq];
         k_r[i] = s_k4[cq];
     }
-    for (uint v0 = sg; v0 < V; v0 += SG_COUNT * ROW_BLOCK) {
+    for (uint v0 = v_begin + sg; v0 < v_end; v0 += ROWS_PER_PASS) {
+        vec4 nxt[ROW_BLOCK * ROW_QUADS];
+        float nrd[ROW_BLOCK];
+        if (PREFETCH != 0u) {
+            RSSM_LOAD_BLOCK(nxt, nrd, v0 + ROWS_PER_PASS)
+        }
         if (flush && !tile_flush) {
-            vec4 crow[ROW_BLOCK * ROW_QUADS];
-            RSSM_READOUT_BLOCK(crow[r * ROW_QUADS + i] = cv;)
+            RSSM_READOUT_BLOCK(cur, rd)
             // C'[v] = C[v]*alpha*Gamma + sum_j d_j[v] KK_j + d k, in the
             // registers that hold the rows; each row is written once.
-            for (uint r = 0u; r < ROW_BLOCK; r++)
-                for (uint i = 0u; i < ROW_QUADS; i++)
-                    crow[r * ROW_QUADS + i] = crow[r * ROW_QUADS + i] * ag_r[i];
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++)
+                [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++)
+                    cur[r * ROW_QUADS + i] = cur[r * ROW_QUADS + i] * ag_r[i];
 #if RSSM_REPLAY
-            for (uint j = 0u; j < n; j++) {
-                float dj[ROW_BLOCK];
-                for (uint r = 0u; r < ROW_BLOCK; r++)
-#if RSSM_TILES == 0
-                    if (STAGE_D != 0u)
-                        dj[r] = v0 + r * SG_COUNT < V ? s_dring[j * V + v0 + r * SG_COUNT] : 0.0;
-                    else
-#endif
-                    dj[r] = v0 + r * SG_COUNT < V ? RING_D(j, v0 + r * SG_COUNT) : 0.0;
-                for (uint i = 0u; i < ROW_QUADS; i++) {
-                    const vec4 kk = KK4(j, min(lane + i * SG_SIZE, KQ - 1u));
-                    for (uint r = 0u; r < ROW_BLOCK; r++) {
-                        precise vec4 acc = crow[r * ROW_QUADS + i];
-                        acc += dj[r] * kk;
-                        crow[r * ROW_QUADS + i] = acc;
-                    }
-                }
+            if (UNROLL_RING != 0u) {
+                [[unroll]] for (uint j = 0u; j < RING_CAP; j++)
+                    if (j < n)
+                        RSSM_FLUSH_ENTRY(j)
+            } else {
+                for (uint j = 0u; j < n; j++)
+                    RSSM_FLUSH_ENTRY(j)
             }
 #endif
-            for (uint r = 0u; r < ROW_BLOCK; r++) {
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {
                 const uint v = v0 + r * SG_COUNT;
-                for (uint i = 0u; i < ROW_QUADS; i++) {
+                [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
                     const uint cq = lane + i * SG_SIZE;
-                    if (v < V && cq < KQ) {
-                        precise vec4 acc = crow[r * ROW_QUADS + i];
+                    if (v < v_end && cq < KQ) {
+                        precise vec4 acc = cur[r * ROW_QUADS + i];
                         acc += d[r] * k_r[i];
                         state_store4(c_base, c_elem + v * K + 4u * cq, acc);
                     }
                 }
             }
         } else {
-            RSSM_READOUT_BLOCK(;)
+            RSSM_READOUT_BLOCK(cur, rd)
+        }
+        if (PREFETCH != 0u) {
+            [[unroll]] for (uint e = 0u; e < ROW_BLOCK * ROW_QUADS; e++)
+                cur[e] = nxt[e];
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++)
+                rd[r] = nrd[r];
+        } else {
+            RSSM_LOAD_BLOCK(cur, rd, v0 + ROWS_PER_PASS)
         }
     }
     barrier();
@@ -540,11 +681,11 @@ void main()
             const uint j = idx / PAD_K, c = idx % PAD_K;
 #if RSSM_TILES == 2
             if (j < n && c < K)
-                continue; // s_kk is s_kx: KK_j is already in place
+                continue; // KK_j is already in place (kr4_put)
 #endif
             float x = 0.0;
             if (c < K && j < n)
-                x = s_kk[j * KK_STRIDE + c];
+                x = s_kr4[j * KQ + (c >> 2)][c & 3u];
             s_kx[j * PAD_K + c] = TILE_AB_T(x);
         }
         barrier();
@@ -593,27 +734,28 @@ void main()
 #endif
 
     // ---- 3. output, and the ring append -------------------------------------
-    for (uint p = t * 2u; p < V; p += WG_SIZE * 2u)
+    // Each workgroup its own rows; the head's k and g, once per head.
+    for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
         out_store2(0u, v_elem + p, vec2(s_o[p], s_o[p + 1u]));
 #if RSSM_REPLAY
     if (!flush) {
         bool over = false;
-        for (uint p = t * 2u; p < V; p += WG_SIZE * 2u) {
+        for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u) {
             const vec2 dv = vec2(s_d[p], s_d[p + 1u]);
             pool_store2(RING_DT, rd_base, (hv * RING_CAP + n) * V + p, dv);
             over = over || ring_overflows(RING_DT, vec4(dv, 0.0, 0.0));
         }
-        if (hv % (HV / H) == 0u)
+        if (part == 0u && hv % (HV / H) == 0u)
             for (uint cq = t; cq < KQ; cq += WG_SIZE) {
                 pool_store4(RING_DT, rk_base, (h * RING_CAP + n) * K + 4u * cq, s_k4[cq]);
                 over = over || ring_overflows(RING_DT, s_k4[cq]);
             }
         if (over)
             overflow.w[row] = 1u;
-        if (kda) {
+        if (part == 0u && kda) {
             for (uint cq = t; cq < KQ; cq += WG_SIZE)
                 pool4.w[(rg_base + (hv * RING_CAP + n) * K + 4u * cq) >> 2] = floatBitsToUint(s_g4[cq]);
-        } else if (t == 0u) {
+        } else if (part == 0u && t == 0u) {
             pool.w[rg_base + hv * RING_CAP + n] = floatBitsToUint(g_head);
         }
     }

@@ -13,6 +13,11 @@
 /* Subgroups per decode workgroup. */
 #define RSSM_VK_SUBGROUPS 4
 
+/* State rows a subgroup of the decode shaders reads at once: a workgroup
+ * takes RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK rows per pass, and a value
+ * head split over several workgroups is split in multiples of that. */
+#define RSSM_VK_ROW_BLOCK 4
+
 /* The decode shaders' specialization-constant ids (what each means is in
  * shaders/decode.comp); vk/vk_pipeline.c sets every one. */
 #define RSSM_VK_SPEC_GATE_KIND 0
@@ -28,8 +33,10 @@
 #define RSSM_VK_SPEC_TILE_K 10
 #define RSSM_VK_SPEC_WG_SIZE 11
 #define RSSM_VK_SPEC_FLUSH_ROWS 12
-#define RSSM_VK_SPEC_STAGE_D 13
-#define RSSM_VK_SPEC_SLOTS_PER_BUFFER 14
-#define RSSM_VK_SPEC_COUNT 15
+#define RSSM_VK_SPEC_SLOTS_PER_BUFFER 13
+#define RSSM_VK_SPEC_ROW_SPLIT 14
+#define RSSM_VK_SPEC_PREFETCH 15
+#define RSSM_VK_SPEC_UNROLL_RING 16
+#define RSSM_VK_SPEC_COUNT 17
 
 #endif

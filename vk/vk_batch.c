@@ -108,11 +108,12 @@ void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb)
 static void dispatch_layers(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, uint32_t first, uint32_t count)
 {
     const VkPipeline pipes[2] = {b->pipeline_readout, b->pipeline};
+    const uint32_t splits[2] = {b->split_readout, b->split};
     for (int i = 0; i < 2; i++) {
         if (!pipes[i])
             continue;
         ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[i]);
-        ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, b->params.num_v_heads, b->params.max_rows, count);
+        ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, b->params.num_v_heads * splits[i], b->params.max_rows, count);
     }
 }
 
@@ -271,14 +272,18 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
 
     if ((st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_DEVICE, &b->io_dev, err)) == RSSM_OK &&
         (st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_HOST, &b->io_host, err)) == RSSM_OK &&
-        (st = vk_buffer_create(ctx, RSSM_HEADER_BYTES(params->max_rows), VK_MEMORY_HOST, &b->header, err)) ==
+        (st = vk_buffer_create(ctx, RSSM_HEADER_BYTES(params->max_rows), VK_MEMORY_HEADER, &b->header, err)) ==
             RSSM_OK &&
         (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
             RSSM_OK &&
-        (st = create_descriptors(ctx, b, err)) == RSSM_OK)
-        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, true, &b->pipeline, err);
-    if (st == RSSM_OK && pool->model.replay)
-        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, false, &b->pipeline_readout, err);
+        (st = create_descriptors(ctx, b, err)) == RSSM_OK) {
+        b->split = vk_row_split(ctx, &pool->model, params->max_rows, true);
+        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, true, b->split, &b->pipeline, err);
+    }
+    if (st == RSSM_OK && pool->model.replay) {
+        b->split_readout = vk_row_split(ctx, &pool->model, params->max_rows, false);
+        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, false, b->split_readout, &b->pipeline_readout, err);
+    }
     if (st == RSSM_OK && ctx->timestamp_bits) {
         VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
                                      .queryType = VK_QUERY_TYPE_TIMESTAMP, .queryCount = 2};

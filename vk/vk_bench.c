@@ -188,7 +188,7 @@ static rssm_status time_steps(vk_ctx *ctx, vk_batch *b, bench *o, uint32_t rows,
     rssm_status st = bench_init(ctx, o, reps, err);
     if (st != RSSM_OK)
         return st;
-    if ((st = vk_buffer_create(ctx, stride * steps, VK_MEMORY_HOST, &o->headers, err)) != RSSM_OK)
+    if ((st = vk_buffer_create(ctx, stride * steps, VK_MEMORY_HEADER, &o->headers, err)) != RSSM_OK)
         return st;
     /* Host-coherent and written before the first submit, which makes the
      * writes visible to the device. Unused words stay zero, as in the

@@ -300,10 +300,10 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     ctx->fi.GetPhysicalDeviceMemoryProperties(ctx->phys, &ctx->mem_props);
 
     const VkSubgroupFeatureFlags need_ops =
-        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT;
+        VK_SUBGROUP_FEATURE_BASIC_BIT | VK_SUBGROUP_FEATURE_ARITHMETIC_BIT | VK_SUBGROUP_FEATURE_SHUFFLE_BIT;
     if (!(sub.supportedStages & VK_SHADER_STAGE_COMPUTE_BIT) || (sub.supportedOperations & need_ops) != need_ops)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
-                              "vulkan: %s lacks subgroup basic/arithmetic operations in compute shaders",
+                              "vulkan: %s lacks subgroup basic/arithmetic/shuffle operations in compute shaders",
                               ctx->props.deviceName);
 
     uint32_t next = 0;
@@ -364,6 +364,10 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     /* The compiler's own statistics of each pipeline (registers, spills,
      * shared memory) on request: how docs/bench.md explains a kernel's time. */
     ctx->pipeline_stats = env_on("RSSM_VK_PIPELINE_STATS") && stats_ext && stats_f.pipelineExecutableInfo;
+    /* Overrides for measuring the kernel choices (docs/bench.md). */
+    const char *split = getenv("RSSM_VK_ROW_SPLIT"), *prefetch = getenv("RSSM_VK_PREFETCH");
+    ctx->tune_row_split = split ? (uint32_t)strtoul(split, NULL, 10) : 0;
+    ctx->tune_prefetch = prefetch && *prefetch ? strcmp(prefetch, "0") != 0 : -1;
     cm_f.pNext = NULL;
     stats_f.pNext = use_cm ? &cm_f : NULL;
     VkPhysicalDeviceVulkan13Features e13 = {

@@ -63,6 +63,11 @@ typedef struct vk_ctx {
     bool create_failed;              /* vk_ctx_create is undoing a failed create */
     bool validation_failed;    /* a message arrived; the next call fails */
     bool pipeline_stats;       /* RSSM_VK_PIPELINE_STATS=1 and the device can */
+    /* Measurement overrides of two kernel choices (docs/bench.md):
+     * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
+     * rule in vk_pipeline.c) and RSSM_VK_PREFETCH=0|1 (-1: the rule). */
+    uint32_t tune_row_split;
+    int tune_prefetch;
     char validation_message[200];
 
     VkPhysicalDevice phys;
@@ -126,6 +131,7 @@ typedef struct vk_batch {
     VkPipelineLayout pipeline_layout;
     VkPipeline pipeline;          /* the rows that flush (packed: every row) */
     VkPipeline pipeline_readout;  /* replay: the rows that do not; else none */
+    uint32_t split, split_readout;  /* their workgroups per value head */
     VkDescriptorPool descriptor_pool;
     VkDescriptorSet set;
     VkQueryPool queries;
@@ -145,7 +151,13 @@ rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
 rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err);
 
 /* ---- vk_memory.c */
-typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST } vk_memory_kind;
+/* DEVICE: device-local; HOST: host-visible and coherent, host-cached where
+ * offered (staging, results the host reads); HEADER: host-visible and
+ * coherent, device-local where the device can map such memory, for the
+ * little the host writes and every workgroup reads at its start (the step
+ * header): read from system memory, each workgroup's first loads cross the
+ * bus. */
+typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST, VK_MEMORY_HEADER } vk_memory_kind;
 rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind,
                              vk_buffer *out, rssm_error *err);
 void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
@@ -178,13 +190,16 @@ extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 /* ---- vk_pipeline.c */
 /* Shared memory the decode kernel needs for this model with the context's
  * kernels, in bytes; the same arithmetic as the shader's declarations. */
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the flush pipeline, less its optional d staging */
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the larger of a model's two pipelines */
 /* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
 /* The decode pipeline of the rows that flush (flush_rows) or of those that
  * do not (replay only); a packed model has the one, flush_rows = true. */
 rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
-                               VkPipeline *out, rssm_error *err);
+                               uint32_t row_split, VkPipeline *out, rssm_error *err);
+/* How many workgroups share a value head in that pipeline, for a batch of
+ * max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows);
 /* What every compute pipeline here is laid out as: `bindings` storage
  * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
  * `first_count` (the pool's buffers) and the others single, one

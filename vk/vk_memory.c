@@ -42,11 +42,12 @@ rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind
         return vk_fail(ctx, r, "vkCreateBuffer", err);
     VkMemoryRequirements req;
     ctx->vk.vkGetBufferMemoryRequirements(ctx->device, out->buffer, &req);
+    const VkMemoryPropertyFlags mapped = VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT;
     int type = kind == VK_MEMORY_DEVICE
                    ? find_memory_type(ctx, req.memoryTypeBits, VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT, 0)
-                   : find_memory_type(ctx, req.memoryTypeBits,
-                                      VK_MEMORY_PROPERTY_HOST_VISIBLE_BIT | VK_MEMORY_PROPERTY_HOST_COHERENT_BIT,
-                                      VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
+                   : find_memory_type(ctx, req.memoryTypeBits, mapped,
+                                      kind == VK_MEMORY_HEADER ? VK_MEMORY_PROPERTY_DEVICE_LOCAL_BIT
+                                                               : VK_MEMORY_PROPERTY_HOST_CACHED_BIT);
     if (type < 0 && kind == VK_MEMORY_DEVICE)
         type = find_memory_type(ctx, req.memoryTypeBits, 0, 0);
     if (type < 0) {
@@ -72,7 +73,7 @@ rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind
         vk_buffer_destroy(ctx, out);
         return vk_fail(ctx, r, "vkBindBufferMemory", err);
     }
-    if (kind == VK_MEMORY_HOST &&
+    if (kind != VK_MEMORY_DEVICE &&
         (r = ctx->vk.vkMapMemory(ctx->device, out->memory, 0, VK_WHOLE_SIZE, 0, &out->map)) != VK_SUCCESS) {
         vk_buffer_destroy(ctx, out);
         return vk_fail(ctx, r, "vkMapMemory", err);

@@ -12,32 +12,49 @@ bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m)
     return m->replay && ctx->kernels != VK_KERNELS_PORTABLE;
 }
 
-/* The portable flush pipeline's d_j staging (s_dring), in bytes. */
-static size_t dring_bytes(const rssm_model *m) { return (size_t)(m->ring_len - 1) * m->head_v * 4; }
-
-/* s_dring where it fits: the portable replay kernel, within the device's
- * shared memory with everything else. */
-static uint32_t stage_d(const vk_ctx *ctx, const rssm_model *m)
-{
-    return m->replay && !vk_uses_tiles(ctx, m) && m->ring_len > 1 &&
-           vk_shared_bytes(ctx, m) + dring_bytes(m) <= ctx->props.limits.maxComputeSharedMemorySize;
-}
-
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
+/* One pipeline's shared memory, as decode.comp declares it (FLUSH_ONLY
+ * arrays are one element in the pipeline of the rows that do not flush). */
+static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_model *m, bool flush_rows)
 {
     const size_t K = m->head_k, V = m->head_v, L = m->replay ? m->ring_len : 1;
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
     if (!m->replay)
         return bytes;
-    bytes += L * 8; /* s_c */
-    if (!vk_uses_tiles(ctx, m))
-        return bytes + L * K * 4; /* s_kk4 */
+    const bool coopmat_flush = flush_rows && ctx->kernels == VK_KERNELS_COOPMAT && vk_uses_tiles(ctx, m);
+    bytes += L * 8;                          /* s_c */
+    bytes += coopmat_flush ? L * K * 4 : 16; /* s_kr4: KK_j for the tile staging */
+    if (!vk_uses_tiles(ctx, m) || !flush_rows)
+        return bytes;
     const size_t tm = ctx->tile_m, tn = ctx->tile_n, tk = ctx->tile_k;
     const size_t pv = round_up(V, tm), pj = round_up(L, tk), pk = round_up(K, tn);
-    if (ctx->kernels == VK_KERNELS_COOPMAT) /* fp16 staging, fp32 s_kk, accumulator scratch */
-        return bytes + pv * pj * 2 + pj * pk * 2 + L * K * 4 + S * tm * tn * 4;
+    if (ctx->kernels == VK_KERNELS_COOPMAT) /* fp16 staging, accumulator scratch */
+        return bytes + pv * pj * 2 + pj * pk * 2 + S * tm * tn * 4;
     return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
+}
+
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
+{
+    size_t flush = pipeline_shared_bytes(ctx, m, true), readout = pipeline_shared_bytes(ctx, m, false);
+    return flush > readout ? flush : readout;
+}
+
+/* Workgroups per value head (decode.comp's ROW_SPLIT): enough that a step
+ * of max_rows rows has about VK_TARGET_WORKGROUPS of them, each at least
+ * one pass of rows. The `_cm` flush's tiles span the whole head. */
+#define VK_TARGET_WORKGROUPS 2048u
+
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows)
+{
+    if (m->replay && flush_rows && vk_uses_tiles(ctx, m))
+        return 1;
+    const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
+    const uint64_t groups = (uint64_t)m->num_v_heads * max_rows;
+    uint32_t split = 1;
+    while (m->head_v % (2 * split * pass) == 0 &&
+           (want ? 2 * split <= want : groups * split < VK_TARGET_WORKGROUPS))
+        split *= 2;
+    return split;
 }
 
 static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
@@ -176,7 +193,7 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
 }
 
 rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
-                               VkPipeline *out, rssm_error *err)
+                               uint32_t row_split, VkPipeline *out, rssm_error *err)
 {
     const rssm_model *m = &pool->model;
     const vk_spirv *spv = module_for(ctx, m);
@@ -198,8 +215,13 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
         [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
-        [RSSM_VK_SPEC_STAGE_D] = stage_d(ctx, m),
         [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
+        [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
+        /* A second block of rows in registers where the pipeline has few
+         * others: not in a flush, whose rows and KK_j already take them. */
+        [RSSM_VK_SPEC_PREFETCH] = ctx->tune_prefetch >= 0 ? (uint32_t)ctx->tune_prefetch
+                                                          : (uint32_t)(!flush_rows || !m->replay),
+        [RSSM_VK_SPEC_UNROLL_RING] = ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU,
     };
     VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
     for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
