@@ -19,9 +19,11 @@ double rssm_median(double *v, size_t n);
 rssm_timing rssm_timing_of(double *v, size_t n, uint32_t runs);
 
 /* How long a GPU backend runs a program untimed before timing it, so that
- * the clocks have ramped up (docs/bench.md): SM clocks on an H200 sat at
- * 570-1200 MHz through short bursts with idle gaps between them. */
-#define RSSM_WARMUP_SECONDS 0.2
+ * the clocks have ramped up (docs/bench.md): an idle H200 drops its SM
+ * clock to 345 MHz within a second, and under load took up to 0.4 s to
+ * reach 1980 MHz again (nvidia-smi at 200 ms); with 0.2 s, programs timed
+ * after an idle gap (the first of each bench row) ran 2-3x slow. */
+#define RSSM_WARMUP_SECONDS 0.6
 /* The most untimed runs, for programs far shorter than that. */
 #define RSSM_WARMUP_MAX_RUNS 10000
 

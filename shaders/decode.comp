@@ -625,8 +625,10 @@ void main()
             // C'[v] = C[v]*alpha*Gamma + sum_j d_j[v] KK_j + d k, in the
             // registers that hold the rows; each row is written once.
             [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++)
-                [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++)
-                    cur[r * ROW_QUADS + i] = cur[r * ROW_QUADS + i] * ag_r[i];
+                [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+                    precise const vec4 x = cur[r * ROW_QUADS + i] * ag_r[i];
+                    cur[r * ROW_QUADS + i] = x;
+                }
 #if RSSM_REPLAY
             if (UNROLL_RING != 0u) {
                 [[unroll]] for (uint j = 0u; j < RING_CAP; j++)

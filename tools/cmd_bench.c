@@ -28,7 +28,7 @@ static void help(void)
            "one whole ring cycle (L consecutive steps, the flush included; L steps of the\n"
            "packed decode) recorded once as one device program (a CUDA graph, one Vulkan\n"
            "command buffer; one launch per layer, each after the one before it), run\n"
-           "untimed until a GPU is warm (0.2 s) and then --cycles times: the median, per\n"
+           "untimed until a GPU is warm (0.6 s) and then --cycles times: the median, per\n"
            "step; 'spread' is the median over the fastest run. For uniform positions, the empty-ring, full-ring (n = L-2) and flush\n"
            "steps are timed the same way, as programs of L steps at that position. Enough\n"
            "layers are used that the state touched per step exceeds --state-mib, so it is\n"

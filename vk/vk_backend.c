@@ -157,7 +157,7 @@ static rssm_status vk_slot_write(void *vctx, void *vpool, uint32_t slot, const v
  * only when a flush can find ring entries (replay with L > 1). */
 static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
 {
-    return vk_uses_tiles(vctx, m) && m->ring_len > 1 ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
+    return vk_uses_tiles(vctx, m) ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
 }
 
 static const char *vk_kernels_variant(void *vctx)

@@ -280,7 +280,7 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         b->split = vk_row_split(ctx, &pool->model, params->max_rows, true);
         st = vk_pipeline_create(ctx, pool, b->pipeline_layout, true, b->split, &b->pipeline, err);
     }
-    if (st == RSSM_OK && pool->model.replay) {
+    if (st == RSSM_OK && !vk_runs_packed(&pool->model)) {
         b->split_readout = vk_row_split(ctx, &pool->model, params->max_rows, false);
         st = vk_pipeline_create(ctx, pool, b->pipeline_layout, false, b->split_readout, &b->pipeline_readout, err);
     }

@@ -191,10 +191,15 @@ extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 /* Shared memory the decode kernel needs for this model with the context's
  * kernels, in bytes; the same arithmetic as the shader's declarations. */
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the larger of a model's two pipelines */
+/* Whether the model runs the packed module: packed models, and replay with
+ * L = 1, whose every step is a rank-1 flush, i.e. the packed update (so it
+ * is bit-identical to packed by construction, as on CUDA). */
+bool vk_runs_packed(const rssm_model *m);
 /* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
 /* The decode pipeline of the rows that flush (flush_rows) or of those that
- * do not (replay only); a packed model has the one, flush_rows = true. */
+ * do not (replay with L > 1 only); a model that runs the packed module has
+ * the one, flush_rows = true. */
 rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
                                uint32_t row_split, VkPipeline *out, rssm_error *err);
 /* How many workgroups share a value head in that pipeline, for a batch of

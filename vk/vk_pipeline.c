@@ -7,19 +7,21 @@
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
+bool vk_runs_packed(const rssm_model *m) { return !m->replay || m->ring_len < 2; }
+
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m)
 {
-    return m->replay && ctx->kernels != VK_KERNELS_PORTABLE;
+    return !vk_runs_packed(m) && ctx->kernels != VK_KERNELS_PORTABLE;
 }
 
 /* One pipeline's shared memory, as decode.comp declares it (FLUSH_ONLY
  * arrays are one element in the pipeline of the rows that do not flush). */
 static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_model *m, bool flush_rows)
 {
-    const size_t K = m->head_k, V = m->head_v, L = m->replay ? m->ring_len : 1;
+    const size_t K = m->head_k, V = m->head_v, L = m->ring_len;
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
-    if (!m->replay)
+    if (vk_runs_packed(m))
         return bytes;
     const bool coopmat_flush = flush_rows && ctx->kernels == VK_KERNELS_COOPMAT && vk_uses_tiles(ctx, m);
     bytes += L * 8;                          /* s_c */
@@ -46,7 +48,7 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
 
 uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows)
 {
-    if (m->replay && flush_rows && vk_uses_tiles(ctx, m))
+    if (flush_rows && vk_uses_tiles(ctx, m))
         return 1;
     const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
     const uint64_t groups = (uint64_t)m->num_v_heads * max_rows;
@@ -59,7 +61,7 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows,
 
 static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
 {
-    if (!m->replay)
+    if (vk_runs_packed(m))
         return &vk_spirv_decode_packed;
     if (!vk_uses_tiles(ctx, m))
         return &vk_spirv_decode_replay;
@@ -196,6 +198,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
                                uint32_t row_split, VkPipeline *out, rssm_error *err)
 {
     const rssm_model *m = &pool->model;
+    const bool packed = vk_runs_packed(m);
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
@@ -203,24 +206,24 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
         [RSSM_VK_SPEC_GATE_KIND] = (uint32_t)m->gate_kind,
         [RSSM_VK_SPEC_HEAD_K] = m->head_k,
         [RSSM_VK_SPEC_HEAD_V] = m->head_v,
-        [RSSM_VK_SPEC_RING_LEN] = m->replay ? m->ring_len : 1u,
+        [RSSM_VK_SPEC_RING_LEN] = packed ? 1u : m->ring_len,
         [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
         [RSSM_VK_SPEC_STATE_DT] = (uint32_t)m->state_dtype,
         /* The packed module has no ring: one value, so packed models that
          * differ only in their (unused) ring dtype share a pipeline. */
-        [RSSM_VK_SPEC_RING_DT] = m->replay ? (uint32_t)m->ring_dtype : (uint32_t)RSSM_DTYPE_F32,
+        [RSSM_VK_SPEC_RING_DT] = packed ? (uint32_t)RSSM_DTYPE_F32 : (uint32_t)m->ring_dtype,
         [RSSM_VK_SPEC_IO_DT] = (uint32_t)m->io_dtype,
         [RSSM_VK_SPEC_TILE_M] = ctx->tile_m,
         [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
-        [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || !m->replay,
+        [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || packed,
         [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
-         * others: not in a flush, whose rows and KK_j already take them. */
+         * others: not in a replay flush, whose rows and KK_j take them. */
         [RSSM_VK_SPEC_PREFETCH] = ctx->tune_prefetch >= 0 ? (uint32_t)ctx->tune_prefetch
-                                                          : (uint32_t)(!flush_rows || !m->replay),
+                                                          : (uint32_t)(!flush_rows || packed),
         [RSSM_VK_SPEC_UNROLL_RING] = ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU,
     };
     VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];

@@ -13,7 +13,8 @@
 # has no Vulkan headers or shader compiler) and the loader packages in .gl/,
 # see docs/h200.md). VARIANTS: the CUDA variants to check (default all
 # four); a variant that cannot run a case says so (SKIP). BENCH_ARGS replaces
-# the benchmark's sweep (default: GDN and KDA, fp32 and bf16 state, L = 16,
+# the benchmark's sweep (VULKAN_BENCH_ARGS for the vulkan stage, whose
+# VULKAN_VARIANTS are benched: default "vulkan vulkan:coopmat") (default: GDN and KDA, fp32 and bf16 state, L = 16,
 # batch 1-512, both position modes, median of 5). Time limits in seconds:
 # CONFORM_TIMEOUT (default 400), SANITIZE_TIMEOUT (per tool, 300),
 # BENCH_TIMEOUT (600). SANITIZE_CASES_memcheck, SANITIZE_CASES_racecheck:
@@ -147,7 +148,7 @@ stage_vulkan() {
   fi
   cp "$log" "$OUT_DIR/vulkan_conform.txt"
   # The default (portable) kernels and the cooperative-matrix ones.
-  for v in vulkan vulkan:coopmat; do
+  for v in ${VULKAN_VARIANTS:-vulkan vulkan:coopmat}; do
     # shellcheck disable=SC2086
     # The driver's statistics of every pipeline it compiles (registers,
     # spills, shared memory) go to stderr, then to pipelines-VARIANT.txt.
