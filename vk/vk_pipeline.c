@@ -43,7 +43,10 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
 
 /* Workgroups per value head (decode.comp's ROW_SPLIT): enough that a step
  * of max_rows rows has about VK_TARGET_WORKGROUPS of them, each at least
- * one pass of rows. The `_cm` flush's tiles span the whole head. */
+ * one pass of rows. The `_cm` flush's tiles span the whole head. A CPU
+ * device (lavapipe) has no memory latency to hide this way: one, so that
+ * its pipelines do not multiply with the batch sizes (each is a compile;
+ * the tests cover the split through RSSM_VK_ROW_SPLIT). */
 #define VK_TARGET_WORKGROUPS 2048u
 
 uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows)
@@ -51,6 +54,8 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows,
     if (flush_rows && vk_uses_tiles(ctx, m))
         return 1;
     const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
+    if (!want && ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+        return 1;
     const uint64_t groups = (uint64_t)m->num_v_heads * max_rows;
     uint32_t split = 1;
     while (m->head_v % (2 * split * pass) == 0 &&
@@ -198,7 +203,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
                                uint32_t row_split, VkPipeline *out, rssm_error *err)
 {
     const rssm_model *m = &pool->model;
-    const bool packed = vk_runs_packed(m);
+    const bool packed = vk_runs_packed(m), cpu = ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
@@ -221,10 +226,11 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
         [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
-         * others: not in a replay flush, whose rows and KK_j take them. */
+         * others: not in a replay flush, whose rows and KK_j take them; not
+         * on a CPU device, where it only adds to the compile. */
         [RSSM_VK_SPEC_PREFETCH] = ctx->tune_prefetch >= 0 ? (uint32_t)ctx->tune_prefetch
-                                                          : (uint32_t)(!flush_rows || packed),
-        [RSSM_VK_SPEC_UNROLL_RING] = ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU,
+                                                          : (uint32_t)((!flush_rows || packed) && !cpu),
+        [RSSM_VK_SPEC_UNROLL_RING] = !cpu,
     };
     VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
     for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
