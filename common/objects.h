@@ -33,6 +33,11 @@ struct rssm_pool {
     uint32_t *cycle_len;    /* [capacity] steps in the current ring cycle (L, or
                                shorter for a staggered slot's first cycle) */
     uint8_t *scratch;       /* one slot's bytes, for host-side slot work */
+    /* [capacity] the step checks' scratch (schedule.c): slot s is in the
+     * rows being checked when slot_mark[s] == mark, which each check
+     * advances, so a check allocates nothing and clears nothing. */
+    uint32_t *slot_mark;
+    uint32_t mark;
     void *dev;
     atomic_uint refs;
     pthread_mutex_t lock;   /* recursive: held by every public call on the
@@ -109,7 +114,7 @@ rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *
 /* A step's plan the device can run: distinct allocated slots, write_pos
  * inside the ring, is_flush as write_pos and force say, and (committing)
  * each write_pos the slot's own. `who` starts the message. */
-rssm_status rssm_plan_check(const rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
+rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
                             const char *who, rssm_error *err);
 
 /* Host-side slot work on one slot's raw bytes (common/slot_state.c). */

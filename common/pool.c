@@ -49,7 +49,8 @@ rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t 
     p->write_pos = calloc(slots, sizeof *p->write_pos);
     p->cycle_len = calloc(slots, sizeof *p->cycle_len);
     p->scratch = malloc(p->layout.slot_bytes);
-    if (!p->allocated || !p->write_pos || !p->cycle_len || !p->scratch) {
+    p->slot_mark = calloc(slots, sizeof *p->slot_mark);
+    if (!p->allocated || !p->write_pos || !p->cycle_len || !p->scratch || !p->slot_mark) {
         rssm_pool_destroy(&p);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory for %u slots", slots);
     }
@@ -76,6 +77,7 @@ void rssm_pool_release(rssm_pool *p)
     free(p->allocated);
     free(p->write_pos);
     free(p->cycle_len);
+    free(p->slot_mark);
     free(p->scratch);
     free(p);
 }

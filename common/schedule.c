@@ -4,24 +4,33 @@
 #include "objects.h"
 #include "error.h"
 
-#include <stdlib.h>
+#include <string.h>
+
+/* Starts a check of one step's rows: a new mark (objects.h), so no slot is
+ * marked yet. */
+static uint32_t marks_begin(rssm_pool *p)
+{
+    if (++p->mark == 0) { /* wrapped: old marks could match again */
+        memset(p->slot_mark, 0, (size_t)p->capacity * sizeof *p->slot_mark);
+        p->mark = 1;
+    }
+    return p->mark;
+}
 
 /* A batch row's slot must be allocated and must not repeat: two rows on one
- * slot would both read the same ring and race on its next entry. `seen` has
- * one byte per pool slot. */
-static rssm_status check_row_slot(const rssm_pool *p, uint8_t *seen, uint32_t slot, const char *who,
-                                  rssm_error *err)
+ * slot would both read the same ring and race on its next entry. */
+static rssm_status check_row_slot(rssm_pool *p, uint32_t mark, uint32_t slot, const char *who, rssm_error *err)
 {
     rssm_status st = rssm_pool_check_slot(p, slot, err);
     if (st != RSSM_OK)
         return st;
-    if (seen[slot])
+    if (p->slot_mark[slot] == mark)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: slot %u appears twice in the batch", who, slot);
-    seen[slot] = 1;
+    p->slot_mark[slot] = mark;
     return RSSM_OK;
 }
 
-static rssm_status pool_plan_unlocked(const rssm_pool *p, uint32_t rows, const uint32_t *slots,
+static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_t *slots,
                            const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
                            rssm_error *err)
 {
@@ -29,14 +38,11 @@ static rssm_status pool_plan_unlocked(const rssm_pool *p, uint32_t rows, const u
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: pool, slots, seq_len_after and plan must not be NULL");
     if (rows == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: rows must be > 0");
-    uint8_t *seen = calloc(p->capacity, 1);
-    if (!seen)
-        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "plan: out of host memory");
-    const uint32_t L = rssm_effective_ring_len(&p->model);
+    const uint32_t L = rssm_effective_ring_len(&p->model), mark = marks_begin(p);
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const uint32_t s = slots[r];
-        if ((st = check_row_slot(p, seen, s, "plan", err)) != RSSM_OK)
+        if ((st = check_row_slot(p, mark, s, "plan", err)) != RSSM_OK)
             break;
         if (seq_len_after[r] == 0) {
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
@@ -53,21 +59,17 @@ static rssm_status pool_plan_unlocked(const rssm_pool *p, uint32_t rows, const u
         plan[r].force = (uint32_t)(snapshot || short_cycle);
         plan[r].is_flush = (uint32_t)(n == L - 1 || plan[r].force);
     }
-    free(seen);
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
-rssm_status rssm_plan_check(const rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
+rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
                             const char *who, rssm_error *err)
 {
-    const uint32_t L = rssm_effective_ring_len(&p->model);
-    uint8_t *seen = calloc(p->capacity, 1);
-    if (!seen)
-        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "%s: out of host memory", who);
+    const uint32_t L = rssm_effective_ring_len(&p->model), mark = marks_begin(p);
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const rssm_row_plan *row = &plan[r];
-        if ((st = check_row_slot(p, seen, row->slot, who, err)) != RSSM_OK)
+        if ((st = check_row_slot(p, mark, row->slot, who, err)) != RSSM_OK)
             break;
         if (committing && row->write_pos != p->write_pos[row->slot])
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
@@ -82,7 +84,6 @@ rssm_status rssm_plan_check(const rssm_pool *p, uint32_t rows, const rssm_row_pl
                                 row->is_flush, row->write_pos, row->force,
                                 (uint32_t)(row->write_pos == L - 1 || row->force));
     }
-    free(seen);
     return st;
 }
 
@@ -116,7 +117,10 @@ rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *sl
                            const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_row_plan *plan,
                            rssm_error *err)
 {
-    RSSM_POOL_LOCKED((rssm_pool *)p, pool_plan_unlocked(p, rows, slots, seq_len_after, snapshot_interval, plan, err));
+    /* Const for the caller: planning changes no committed state, only the
+     * checks' scratch (objects.h), under the lock. */
+    RSSM_POOL_LOCKED((rssm_pool *)p, pool_plan_unlocked((rssm_pool *)p, rows, slots, seq_len_after, snapshot_interval,
+                                                        plan, err));
 }
 
 rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
