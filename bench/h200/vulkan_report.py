@@ -81,10 +81,10 @@ def main():
     with open(os.path.join(out_dir, "summary.json"), "w") as f:
         json.dump(everything, f, indent=1)
     lines = [f"# rssm Vulkan decode on {', '.join(sorted(devices))}", "",
-             "From `rssm bench` (docs/bench.md) per variant, with CUDA from the same run; microseconds per "
-             "step per layer, one dispatch per layer, each after the one before it; copy ceiling and in-place "
-             f"bound measured by compute shaders in the same run (copy {cuda_data['copy_gbs']:.0f} GB/s by "
-             "CUDA).", "", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
+             "From `rssm bench` (docs/bench.md) per variant, each file from one run (which runs: "
+             "notes.md beside this file); microseconds per step per layer, one dispatch per layer, each "
+             "after the one before it; copy ceiling and in-place bound measured by compute shaders in the "
+             f"variant's run (copy {cuda_data['copy_gbs']:.0f} GB/s by CUDA in its run).", "", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for name, value, ok in targets(cuda, variants):
         lines.append(f"| {name} | {value} | {'yes' if ok else '**no**'} |")
     lines += ["", "## All rows", "",
