@@ -137,7 +137,8 @@ static rssm_status submit_wait(vk_ctx *ctx, bench *o, double *wall, rssm_error *
 }
 
 /* Untimed runs (first-use costs: page faults, caches, lazy driver work;
- * then, when `warm`, the clocks: rssm_warming_up), then `reps` timed ones;
+ * then, when `warm` and on a GPU, the clocks: rssm_warming_up), then `reps`
+ * timed ones;
  * *timing is their median and minimum. */
 static rssm_status bench_run(vk_ctx *ctx, bench *o, uint32_t reps, bool warm, const char *what,
                              rssm_timing *timing, rssm_error *err)
@@ -147,6 +148,7 @@ static rssm_status bench_run(vk_ctx *ctx, bench *o, uint32_t reps, bool warm, co
     uint32_t untimed = 0;
     double wall;
     rssm_status st;
+    warm = warm && !vk_cpu_device(ctx); /* no clocks to ramp up */
     for (; rssm_warming_up(warm, untimed, started); untimed++)
         if ((st = submit_wait(ctx, o, &wall, err)) != RSSM_OK)
             return st;
@@ -229,9 +231,7 @@ static rssm_status time_steps(vk_ctx *ctx, vk_batch *b, bench *o, uint32_t rows,
     bench_timestamp(ctx, o, 1);
     if ((st = bench_record_end(ctx, o, err)) != RSSM_OK)
         return st;
-    /* A CPU device (lavapipe) has no clocks to ramp up. */
-    return bench_run(ctx, o, reps, ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU, "timed program", timing,
-                     err);
+    return bench_run(ctx, o, reps, true, "timed program", timing, err);
 }
 
 rssm_status vk_batch_time_steps(void *vctx, void *vbatch, uint32_t rows, uint32_t steps,
@@ -358,8 +358,7 @@ static rssm_status pass(vk_ctx *ctx, const pass_segment *seg, uint32_t segments,
     if ((st = bench_record_end(ctx, o, err)) != RSSM_OK)
         return st;
     /* A flip is the tests' mode: exactly 1 + reps passes. */
-    return bench_run(ctx, o, reps, flip == 0 && ctx->props.deviceType != VK_PHYSICAL_DEVICE_TYPE_CPU, what, timing,
-                     err);
+    return bench_run(ctx, o, reps, flip == 0, what, timing, err);
 }
 
 rssm_status vk_pool_inplace_seconds(void *vctx, void *vpool, size_t bytes, uint32_t reps, uint32_t flip,

@@ -150,6 +150,10 @@ rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
 /* A failed Vulkan call as an rssm error naming the call. */
 rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err);
 
+/* A CPU device (lavapipe): no memory latency to hide and no clocks to ramp
+ * up, where every specialization is a slow compile. */
+static inline bool vk_cpu_device(const vk_ctx *ctx) { return ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+
 /* ---- vk_memory.c */
 /* DEVICE: device-local; HOST: host-visible and coherent, host-cached where
  * offered (staging, results the host reads); HEADER: host-visible and

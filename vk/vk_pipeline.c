@@ -54,7 +54,7 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows,
     if (flush_rows && vk_uses_tiles(ctx, m))
         return 1;
     const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
-    if (!want && ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU)
+    if (!want && vk_cpu_device(ctx))
         return 1;
     const uint64_t groups = (uint64_t)m->num_v_heads * max_rows;
     uint32_t split = 1;
@@ -203,7 +203,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayou
                                uint32_t row_split, VkPipeline *out, rssm_error *err)
 {
     const rssm_model *m = &pool->model;
-    const bool packed = vk_runs_packed(m), cpu = ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU;
+    const bool packed = vk_runs_packed(m), cpu = vk_cpu_device(ctx);
     const vk_spirv *spv = module_for(ctx, m);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
