@@ -245,14 +245,24 @@ static void cpu_pool_destroy(void *ctx, void *pool)
     free(p);
 }
 
+/* Slot `slot`'s bytes in the pool, or NULL (and *err says why). */
+static uint8_t *slot_bytes_at(const cpu_pool *p, uint32_t slot, rssm_error *err)
+{
+    if (slot >= p->slots) {
+        rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool has %u)", slot, p->slots);
+        return NULL;
+    }
+    return p->base + (size_t)slot * p->slot_bytes;
+}
+
 static rssm_status cpu_slot_read(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err)
 {
     (void)ctx;
-    cpu_pool *p = pool;
-    if (slot >= p->slots)
-        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool has %u)", slot,
-                              p->slots);
-    memcpy(bytes, p->base + (size_t)slot * p->slot_bytes, p->slot_bytes);
+    const cpu_pool *p = pool;
+    const uint8_t *at = slot_bytes_at(p, slot, err);
+    if (!at)
+        return RSSM_ERR_BAD_SLOT;
+    memcpy(bytes, at, p->slot_bytes);
     return rssm_clear_error(err);
 }
 
@@ -260,11 +270,11 @@ static rssm_status cpu_slot_write(void *ctx, void *pool, uint32_t slot, const vo
                                   rssm_error *err)
 {
     (void)ctx;
-    cpu_pool *p = pool;
-    if (slot >= p->slots)
-        return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is out of range (pool has %u)", slot,
-                              p->slots);
-    memcpy(p->base + (size_t)slot * p->slot_bytes, bytes, p->slot_bytes);
+    const cpu_pool *p = pool;
+    uint8_t *at = slot_bytes_at(p, slot, err);
+    if (!at)
+        return RSSM_ERR_BAD_SLOT;
+    memcpy(at, bytes, p->slot_bytes);
     return rssm_clear_error(err);
 }
 

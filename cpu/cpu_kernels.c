@@ -66,6 +66,7 @@
 #endif
 
 #include "cpu_kernels.h"
+#include "dtype.h"
 
 #include <math.h>
 #include <string.h>
@@ -78,20 +79,6 @@
 
 /* ------------------------------------------------------------ conversions */
 
-static inline uint32_t f32_bits(float f)
-{
-    uint32_t u;
-    memcpy(&u, &f, sizeof u);
-    return u;
-}
-
-static inline float bits_f32(uint32_t u)
-{
-    float f;
-    memcpy(&f, &u, sizeof f);
-    return f;
-}
-
 /* Same results as dtype.h, written as selects instead of branches. */
 static inline float f16_to_f32(uint16_t h)
 {
@@ -101,20 +88,20 @@ static inline float f16_to_f32(uint16_t h)
     const uint32_t normal = u + 0x38000000u;           /* rebias 15 -> 127 */
     const uint32_t infnan = u + 0x70000000u;           /* exponent 31 -> 255 */
     /* zero and subnormals: (1.man * 2^-14) - 2^-14 is exact */
-    const uint32_t sub = f32_bits(bits_f32(u + 0x38800000u) - bits_f32(0x38800000u));
+    const uint32_t sub = rssm_f32_bits(rssm_bits_f32(u + 0x38800000u) - rssm_bits_f32(0x38800000u));
     uint32_t r = exp == 0 ? sub : normal;
     r = exp == 0x0f800000u ? infnan : r;
-    return bits_f32(r | sign);
+    return rssm_bits_f32(r | sign);
 }
 
 static inline uint16_t f32_to_f16(float f)
 {
-    const uint32_t u = f32_bits(f);
+    const uint32_t u = rssm_f32_bits(f);
     const uint32_t sign = (u >> 16) & 0x8000u;
     const uint32_t a = u & 0x7fffffffu;
     /* below 2^-14: adding 0.5 (whose ulp is 2^-24, the smallest fp16
      * subnormal) rounds to nearest even in hardware */
-    const uint32_t sub = f32_bits(bits_f32(a) + 0.5f) - 0x3f000000u;
+    const uint32_t sub = rssm_f32_bits(rssm_bits_f32(a) + 0.5f) - 0x3f000000u;
     /* normal: rebias 127 -> 15 and round the 13 dropped bits to nearest even */
     const uint32_t norm = (a + 0xc8000fffu + ((a >> 13) & 1u)) >> 13;
     uint32_t r = a < 0x38800000u ? sub : norm;
@@ -123,11 +110,11 @@ static inline uint16_t f32_to_f16(float f)
     return (uint16_t)(sign | r);
 }
 
-static inline float bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
+static inline float bf16_to_f32(uint16_t h) { return rssm_bits_f32((uint32_t)h << 16); }
 
 static inline uint16_t f32_to_bf16(float f)
 {
-    const uint32_t u = f32_bits(f);
+    const uint32_t u = rssm_f32_bits(f);
     const uint32_t nan = (u >> 16) | 0x0040u;
     const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
     return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
@@ -164,7 +151,7 @@ static inline float fast_expf(float x)
     p = p * r + 5.0000001201e-1f;
     const float e = p * (r * r) + r + 1.0f;
     /* kf is an integer in [-126, 127], so 2^kf is a normal float */
-    const float scale = bits_f32((uint32_t)((int32_t)kf + 127) << 23);
+    const float scale = rssm_bits_f32((uint32_t)((int32_t)kf + 127) << 23);
     const float y = e * scale;
     return x != x ? x : y;
 }
