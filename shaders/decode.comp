@@ -191,6 +191,7 @@ shared vec4 s_g4[KQ];   // this step's log-decay (KDA)
 shared vec4 s_ag4[KQ];  // alpha * Gamma
 shared vec4 s_wq4[KQ];  // alpha * Gamma * q: the checkpoint's readout weights
 shared vec4 s_wk4[KQ];  // alpha * Gamma * k
+shared float s_v[HEAD_V];   // v, loaded with q and k
 shared float s_d[HEAD_V];   // d, full precision
 shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
@@ -332,7 +333,7 @@ float gate_g(float a, float alog, float bias)
     [[unroll]] for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
         const uint j = lane + jb * SG_SIZE;                                        \
         if (v < v_end && j < n) {                                                  \
-            const float dj = FLUSH_ROWS != 0u && jb == 0u ? RD[r] : RING_D(j, v);                      \
+            const float dj = FLUSH_ROWS != 0u && jb == 0u ? RD[r] : RING_D(j, v);  \
             pq[r] += dj * s_c[j].x;                                                \
             pk[r] += dj * s_c[j].y;                                                \
         }                                                                          \
@@ -370,7 +371,7 @@ float gate_g(float a, float alog, float bias)
         const uint v = v0 + r * SG_COUNT;                                          \
         d[r] = 0.0;                                                                \
         if (v < v_end) {                                                           \
-            precise const float dv = beta * (vin_load(IO_DT, 0u, v_elem + v) - sk[r]); \
+            precise const float dv = beta * (s_v[v] - sk[r]);                      \
             precise const float o = sq[r] + dv * kq;                               \
             d[r] = dv;                                                             \
             if (subgroupElect()) {                                                 \
@@ -433,14 +434,19 @@ void main()
     const uint hv = gl_WorkGroupID.x / ROW_SPLIT, part = gl_WorkGroupID.x % ROW_SPLIT;
     const uint row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
     const uint t = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    if (row >= hdr.w[RSSM_HEADER_ROWS])
-        return; // idle row: uniform for the whole workgroup
+    // The row's words are read with the row count, not after it (the
+    // header holds max_rows rows, one per workgroup row): one memory round
+    // trip less before the state loads can go out.
     const uint hrow = RSSM_HEADER_WORDS + row * RSSM_ROW_WORDS;
-    const uint slot = hdr.w[hrow + RSSM_ROW_SLOT];
+    const uint rows = hdr.w[RSSM_HEADER_ROWS], slot = hdr.w[hrow + RSSM_ROW_SLOT];
+    const uint write_pos = hdr.w[hrow + RSSM_ROW_WRITE_POS], force = hdr.w[hrow + RSSM_ROW_FORCE];
+    const uint io_row = hdr.w[hrow + RSSM_ROW_IO];
+    if (row >= rows)
+        return; // idle row: uniform for the whole workgroup
 #if RSSM_REPLAY
     // min(): a corrupt header must not send the kernel outside the ring.
-    const uint n = min(hdr.w[hrow + RSSM_ROW_WRITE_POS], RING_CAP);
-    const bool flush = n == RING_CAP || hdr.w[hrow + RSSM_ROW_FORCE] != 0u;
+    const uint n = min(write_pos, RING_CAP);
+    const bool flush = n == RING_CAP || force != 0u;
     if (flush != (FLUSH_ROWS != 0u))
         return; // the other pipeline's row: uniform for the whole workgroup
 #else
@@ -469,7 +475,7 @@ void main()
     const uint rk_base = lw + params.ring_k_offset / 4u;  // [H][cap][K]
     const uint rg_base = lw + params.ring_g_offset / 4u;  // [HV][cap] or [HV][cap][K]
     // The row of the step arrays this header row reads and writes.
-    const uint lr = layer * params.max_rows + min(hdr.w[hrow + RSSM_ROW_IO], params.max_rows - 1u);
+    const uint lr = layer * params.max_rows + min(io_row, params.max_rows - 1u);
     const uint qk_elem = (lr * H + h) * K;
     const uint v_elem = (lr * HV + hv) * V;
     const uint g_index = kda ? (lr * HV + hv) * K : lr * HV + hv;
@@ -502,6 +508,10 @@ void main()
         s_k4[cq] = k4;
         part_sums += vec4(dot4(q4, q4), dot4(k4, k4), dot4(q4, k4), 0.0);
     }
+    // v with q and k, not row by row in the readout, where each block of
+    // rows would wait for its own load.
+    for (uint p = v_begin + t; p < v_end; p += WG_SIZE)
+        s_v[p] = vin_load(IO_DT, 0u, v_elem + p);
     const vec4 sums = workgroup_sum(part_sums); // also the barrier after the staging
     const bool l2 = (params.flags & RSSM_FLAG_QK_L2NORM) != 0u;
     const float rq = l2 ? 1.0 / sqrt(sums.x + RSSM_L2NORM_EPS) : 1.0;

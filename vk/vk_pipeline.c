@@ -20,7 +20,7 @@ static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_model *m, bool
 {
     const size_t K = m->head_k, V = m->head_v, L = m->ring_len;
     const size_t S = RSSM_VK_SUBGROUPS;
-    size_t bytes = 6 * K * 4 + 2 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_d s_o, s_red */
+    size_t bytes = 6 * K * 4 + 3 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_v s_d s_o, s_red */
     if (vk_runs_packed(m))
         return bytes;
     const bool coopmat_flush = flush_rows && ctx->kernels == VK_KERNELS_COOPMAT && vk_uses_tiles(ctx, m);
