@@ -71,7 +71,11 @@ typedef struct rssm_backend_ops {
     rssm_status (*batch_upload)(void *ctx, void *batch, uint32_t rows,
                                 const rssm_step_inputs *in, rssm_error *err);
     /* Refreshes the step header with `rows` entries and runs the recorded
-     * program; returns when the step is complete on the device. When
+     * program; returns when the step is complete on the device. Common code
+     * validated the header (common/schedule.c): rows <= max_rows, distinct
+     * allocated slots, write_pos inside the ring, io < max_rows; a backend
+     * does not check it again (the GPU kernels do clamp what they index
+     * from the header, which lives in device memory). When
      * `overflow` is not NULL, overflow[r] is set to 1 for each header row r
      * that found a finite ring entry its ring dtype cannot hold (the entry
      * is left past write_pos, see docs/design.md §2) and to 0 otherwise. */

@@ -148,7 +148,7 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
         }
     }
     b->run_rows = rows;
-    if (kept > 0 && (st = rssm_pool_commit(b->pool, kept, b->plan, err)) != RSSM_OK)
+    if (kept > 0 && (st = rssm_pool_commit_planned(b->pool, kept, b->plan, err)) != RSSM_OK)
         return st;
     if (again == 0)
         return st;
@@ -159,7 +159,7 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
         if (b->overflow[r]) /* a flush appends nothing: this would be a kernel bug */
             return rssm_set_error(err, RSSM_ERR_DEVICE, "run: slot %u overflowed its ring in a flush",
                                   b->rerun_header[r].slot);
-    return rssm_pool_commit(b->pool, again, b->rerun_plan, err);
+    return rssm_pool_commit_planned(b->pool, again, b->rerun_plan, err);
 }
 
 static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint32_t steps, const rssm_row_plan *plans,

@@ -116,6 +116,10 @@ rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *
  * each write_pos the slot's own. `who` starts the message. */
 rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
                             const char *who, rssm_error *err);
+/* rssm_pool_commit of rows of a plan rssm_pool_plan made (batch.c): the
+ * rows' checks were the plan's; this one only sees that no slot moved
+ * since. A step's rows are validated once. */
+rssm_status rssm_pool_commit_planned(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err);
 
 /* Host-side slot work on one slot's raw bytes (common/slot_state.c). */
 /* Fills state [layers][HV][V][K] with the true state: checkpoint plus the

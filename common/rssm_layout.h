@@ -60,7 +60,8 @@
  * One device buffer per batch, refreshed in place by the host before every
  * run of the recorded program: a word with the row count, three reserved
  * words, then RSSM_ROW_WORDS 32-bit words per row. Rows at or beyond
- * `rows` are idle. The kernel decides is_flush = write_pos == L-1 || force.
+ * `rows` are idle. The kernel decides whether the row flushes
+ * (RSSM_ROW_FLUSHES).
  * A row reads its inputs from and writes its outputs to row `io` of the
  * step arrays (the header row's own index unless a step re-runs some of
  * its rows: docs/design.md §2).
@@ -72,6 +73,14 @@
 #define RSSM_ROW_WRITE_POS 1u
 #define RSSM_ROW_FORCE 2u
 #define RSSM_ROW_IO 3u
+
+/* The flush rule (docs/design.md §2), the one spelling of it that the
+ * scheduler, every kernel and the shaders use: a row whose ring holds `n`
+ * entries (write_pos, which the host keeps and the kernels clamp to at most
+ * ring_cap = L - 1) writes its checkpoint this step when the ring is full
+ * or the host forces it. Without a ring (ring_cap 0: packed decode, or
+ * L = 1) every step does. */
+#define RSSM_ROW_FLUSHES(n, ring_cap, force) ((n) == (ring_cap) || (force) != 0u)
 
 /* The smallest magnitudes that fp16 and bf16 round (to nearest even) to
  * infinity. A finite ring entry at or above its ring dtype's would be

@@ -57,7 +57,7 @@ static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_
         plan[r].slot = s;
         plan[r].write_pos = n;
         plan[r].force = (uint32_t)(snapshot || short_cycle);
-        plan[r].is_flush = (uint32_t)(n == L - 1 || plan[r].force);
+        plan[r].is_flush = (uint32_t)RSSM_ROW_FLUSHES(n, L - 1, plan[r].force);
     }
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
@@ -78,13 +78,28 @@ rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *pl
         else if (row->write_pos >= L)
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: row %u has write_pos %u; the ring holds %u steps",
                                 who, r, row->write_pos, L);
-        else if (row->is_flush != (uint32_t)(row->write_pos == L - 1 || row->force))
+        else if (row->is_flush != (uint32_t)RSSM_ROW_FLUSHES(row->write_pos, L - 1, row->force))
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                 "%s: row %u has is_flush %u, but write_pos %u and force %u say %u", who, r,
                                 row->is_flush, row->write_pos, row->force,
-                                (uint32_t)(row->write_pos == L - 1 || row->force));
+                                (uint32_t)RSSM_ROW_FLUSHES(row->write_pos, L - 1, row->force));
     }
     return st;
+}
+
+/* Each row's write_pos after its step: 0 after a flush, else one more. */
+static void advance(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan)
+{
+    const uint32_t L = rssm_effective_ring_len(&p->model);
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint32_t s = plan[r].slot;
+        if (plan[r].is_flush) {
+            p->write_pos[s] = 0;
+            p->cycle_len[s] = L;
+        } else {
+            p->write_pos[s]++;
+        }
+    }
 }
 
 static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
@@ -98,16 +113,23 @@ static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_
     rssm_status st = rssm_plan_check(p, rows, plan, 1, "commit", err);
     if (st != RSSM_OK)
         return st;
-    const uint32_t L = rssm_effective_ring_len(&p->model);
-    for (uint32_t r = 0; r < rows; r++) {
-        const uint32_t s = plan[r].slot;
-        if (plan[r].is_flush) {
-            p->write_pos[s] = 0;
-            p->cycle_len[s] = L;
-        } else {
-            p->write_pos[s]++;
-        }
-    }
+    advance(p, rows, plan);
+    return rssm_clear_error(err);
+}
+
+/* A plan rssm_pool_plan made, committed after the device ran it: the rows
+ * were checked when planned, so only what can have changed since is (each
+ * slot still at the planned write_pos, which another batch on the same
+ * slots would have moved). */
+static rssm_status pool_commit_planned_unlocked(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan,
+                                                rssm_error *err)
+{
+    for (uint32_t r = 0; r < rows; r++)
+        if (plan[r].write_pos != p->write_pos[plan[r].slot])
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "commit: slot %u moved from write_pos %u to %u while its step ran", plan[r].slot,
+                                  plan[r].write_pos, p->write_pos[plan[r].slot]);
+    advance(p, rows, plan);
     return rssm_clear_error(err);
 }
 
@@ -126,4 +148,9 @@ rssm_status rssm_pool_plan(const rssm_pool *p, uint32_t rows, const uint32_t *sl
 rssm_status rssm_pool_commit(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
 {
     RSSM_POOL_LOCKED(p, pool_commit_unlocked(p, rows, plan, err));
+}
+
+rssm_status rssm_pool_commit_planned(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(p, pool_commit_planned_unlocked(p, rows, plan, err));
 }

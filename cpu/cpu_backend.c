@@ -54,7 +54,6 @@ typedef struct cpu_batch {
     float *A_log, *dt_bias;       /* [layers][HV], [layers][HV] or [layers][HV][K] */
     rssm_row_header *header;      /* [max_rows], the rows of the current run */
     size_t *order;                /* [layers * max_rows]: (layer, row) pairs, flushing rows first */
-    uint8_t *slot_seen;           /* [pool slots], to reject a slot named twice */
     atomic_uint *overflow;        /* [max_rows], set by the kernels (cpu_kernels.h) */
     uint32_t rows;                /* rows of the current run */
     float *scratch;               /* one block per worker */
@@ -296,7 +295,6 @@ static void cpu_batch_destroy(void *ctx, void *batch)
     free(b->dt_bias);
     free(b->header);
     free(b->order);
-    free(b->slot_seen);
     free((void *)b->overflow);
     free(b->scratch);
     free(b);
@@ -338,12 +336,11 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     b->dt_bias = calloc(p->layers * HV * gw, sizeof(float));
     b->header = calloc(p->max_rows, sizeof *b->header);
     b->order = calloc(lr, sizeof *b->order);
-    b->slot_seen = calloc(b->pool->slots, 1);
     b->overflow = calloc(p->max_rows, sizeof *b->overflow);
     b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
     if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
-        !b->header || !b->order || !b->slot_seen || !b->overflow || !b->scratch) {
+        !b->header || !b->order || !b->overflow || !b->scratch) {
         cpu_batch_destroy(ctx, b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
                               "cpu batch: could not allocate buffers for %u rows x %u layers",
@@ -434,36 +431,8 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     cpu_ctx *c = ctx;
     cpu_batch *b = batch;
     const rssm_kernel_params *p = &b->params;
-    if (rows > p->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%u rows exceed the batch's %u", rows,
-                              p->max_rows);
-    /* The kernel trusts the header; a bad entry would read or write outside
-     * the slot, so check it here where it is cheap. */
-    const int replay = (p->flags & RSSM_FLAG_REPLAY) != 0;
-    for (uint32_t r = 0; r < rows; r++) {
-        if (hdr[r].slot >= b->pool->slots)
-            return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "row %u: slot %u is out of range (pool has %u)",
-                                  r, hdr[r].slot, b->pool->slots);
-        if (hdr[r].write_pos > (replay ? p->ring_cap : 0u))
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                  "row %u: write_pos %u is beyond the ring (L = %u)", r,
-                                  hdr[r].write_pos, p->ring_len);
-        if (hdr[r].io >= p->max_rows)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "row %u: io row %u is beyond the batch's %u",
-                                  r, hdr[r].io, p->max_rows);
-    }
-    /* Two rows on one slot would race on its memory. */
-    uint32_t dup = UINT32_MAX;
-    for (uint32_t r = 0; r < rows; r++) {
-        if (b->slot_seen[hdr[r].slot])
-            dup = r;
-        b->slot_seen[hdr[r].slot] = 1;
-    }
-    for (uint32_t r = 0; r < rows; r++)
-        b->slot_seen[hdr[r].slot] = 0;
-    if (dup != UINT32_MAX)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "row %u: slot %u is already in this batch",
-                              dup, hdr[dup].slot);
+    /* The header is one common code validated (backend.h): the kernel
+     * indexes the pool with it as it is. */
     memcpy(b->header, hdr, rows * sizeof *hdr);
     b->rows = rows;
     run_args a = {
@@ -484,7 +453,7 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     for (int want_flush = 1; want_flush >= 0; want_flush--)
         for (size_t lr = 0; lr < lrs; lr++) {
             const rssm_row_header *h = &hdr[lr % rows];
-            const int flushes = !replay || h->write_pos + 1 == p->ring_len || h->force != 0;
+            const int flushes = RSSM_ROW_FLUSHES(h->write_pos, p->ring_cap, h->force);
             if (flushes == want_flush)
                 b->order[at++] = lr;
         }

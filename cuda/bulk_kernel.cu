@@ -173,22 +173,10 @@ __device__ __forceinline__ uint64_t evict_first_policy()
     return policy;
 }
 
-/* The row header of batch row r: slot, ring entries n and the flush
- * decision, taken on the device (docs/design.md §2). */
-struct RowStep {
-    uint32_t slot, n, io;
-    bool flush;
-};
-
+/* The row header of batch row r, decoded on the device. */
 __device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const uint32_t *header, uint32_t r)
 {
-    const uint4 hr = *reinterpret_cast<const uint4 *>(header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
-    RowStep s;
-    s.slot = hr.x;
-    s.n = min(hr.y, p.ring_cap);
-    s.io = row_io(p, hr);
-    s.flush = p.ring_cap == 0 || s.n + 1u == p.ring_len || hr.z != 0u;
-    return s;
+    return row_decode(p, row_words(header, r));
 }
 
 __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const uint32_t *header)

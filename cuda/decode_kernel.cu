@@ -231,7 +231,6 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
     const uint32_t per_row = HV * chunks;
     const uint32_t T = min(rows, p.max_rows) * per_row;
-    const uint4 *hrows = reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS);
 
     float *kF = reinterpret_cast<float *>(smem + L.kF);
     float *qv = reinterpret_cast<float *>(smem + L.qv);
@@ -247,15 +246,16 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     auto issue = [&](uint32_t t, uint32_t s, uint4 hr) {
         const uint32_t rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
         const uint32_t h = hv / group;
-        const uint32_t slot = hr.x, n = min(hr.y, cap);
-        const bool flush = (n + 1u == p.ring_len) || hr.z != 0u;
+        const RowStep row = row_decode(p, hr);
+        const uint32_t slot = row.slot, n = row.n;
+        const bool flush = row.flush;
         uint8_t *st = smem + (size_t)s * L.stage_bytes;
         if (tid == 0) {
             uint32_t *meta = reinterpret_cast<uint32_t *>(st + L.sMeta);
             meta[0] = slot;
             meta[1] = n;
             meta[2] = flush ? 1u : 0u;
-            meta[3] = row_io(p, hr);
+            meta[3] = row.io;
         }
         const uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
         const SRaw *C = reinterpret_cast<const SRaw *>(lb) + (size_t)hv * V * K;
@@ -281,7 +281,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             copy_async(st + L.sD, lb + p.ring_d_offset + (size_t)hv * cap * V * rsz, n * V * (uint32_t)rsz, tid, nthr);
             copy_async(st + L.sG, lb + p.ring_g_offset + (size_t)hv * cap * Kg * 4, n * Kg * 4u, tid, nthr);
         }
-        const size_t io_row = (size_t)a.layer * p.max_rows + row_io(p, hr);
+        const size_t io_row = (size_t)a.layer * p.max_rows + row.io;
         const uint8_t *qb = static_cast<const uint8_t *>(a.b.q), *kb = static_cast<const uint8_t *>(a.b.k);
         const uint8_t *vb = static_cast<const uint8_t *>(a.b.v);
         copy_async(st + L.sQ, qb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
@@ -579,12 +579,12 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     for (uint32_t k = 0; k + 1u < S; ++k) {
         const uint32_t t = b + k * Gs;
         if (t < T)
-            issue(t, k, hrows[t / per_row]);
+            issue(t, k, row_words(a.b.header, t / per_row));
         cp_commit();
     }
     uint4 nh = make_uint4(0, 0, 0, 0);
     if (b + (S - 1u) * Gs < T)
-        nh = hrows[(b + (S - 1u) * Gs) / per_row];
+        nh = row_words(a.b.header, (b + (S - 1u) * Gs) / per_row);
     for (uint32_t k = 0;; ++k) {
         const uint32_t t = b + k * Gs;
         if (t >= T)
@@ -596,7 +596,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         cp_commit();
         const uint32_t t2 = b + (k + S) * Gs;
         if (t2 < T)
-            nh = hrows[t2 / per_row];
+            nh = row_words(a.b.header, t2 / per_row);
         cp_wait(S - 1u);
         __syncthreads();
         compute(t, k % S);

@@ -109,11 +109,32 @@ __device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float 
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The row of the step arrays that header row `hr` reads and writes (its io
- * word, docs/design.md §2), kept inside the batch whatever the header says. */
-__device__ __forceinline__ uint32_t row_io(const rssm_kernel_params &p, const uint4 &hr)
+/* A step-header row (rssm_layout.h) as the kernels use it, decoded in one
+ * place: its slot, its ring's entries n (at most ring_cap: a corrupt header
+ * must not send a kernel outside the ring), the row of the step arrays it
+ * reads and writes (its io word, docs/design.md §2, kept inside the batch)
+ * and whether it flushes (RSSM_ROW_FLUSHES). */
+struct RowStep {
+    uint32_t slot, n, io;
+    bool flush;
+};
+
+/* Header row r's words, in one 16-byte load. */
+__device__ __forceinline__ uint4 row_words(const uint32_t *header, uint32_t r)
 {
-    return min(hr.w, p.max_rows - 1u);
+    static_assert(RSSM_ROW_WORDS == 4u && RSSM_HEADER_WORDS % 4u == 0u, "a header row is one uint4");
+    return *reinterpret_cast<const uint4 *>(header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+}
+
+__device__ __forceinline__ RowStep row_decode(const rssm_kernel_params &p, const uint4 &hr)
+{
+    const uint32_t w[4] = {hr.x, hr.y, hr.z, hr.w};
+    RowStep s;
+    s.slot = w[RSSM_ROW_SLOT];
+    s.n = min(w[RSSM_ROW_WRITE_POS], p.ring_cap);
+    s.io = min(w[RSSM_ROW_IO], p.max_rows - 1u);
+    s.flush = RSSM_ROW_FLUSHES(s.n, p.ring_cap, w[RSSM_ROW_FORCE]);
+    return s;
 }
 
 /* x rounded to the ring dtype RT for an append. A finite x that RT rounds

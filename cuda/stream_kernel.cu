@@ -138,11 +138,12 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
     uint4 hr = make_uint4(0, 0, 0, 0);
     if (r < p.max_rows)
-        hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+        hr = row_words(a.b.header, r);
     if (r >= min(rows, p.max_rows))
         return;
-    const uint32_t slot = hr.x, n = RING ? min(hr.y, cap) : 0u, io = row_io(p, hr);
-    const bool flush = !RING || n + 1u == p.ring_len || hr.z != 0u;
+    const RowStep row = row_decode(p, hr);
+    const uint32_t slot = row.slot, n = RING ? row.n : 0u, io = row.io;
+    const bool flush = !RING || row.flush;
 
     /* 1. The tile's loads, and the row's ring entries, all issued before
      * anything waits on them. */
@@ -371,9 +372,9 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
     const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
     if (r >= min(rows, p.max_rows))
         return; /* the whole CTA */
-    const uint4 hr = *reinterpret_cast<const uint4 *>(a.b.header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
-    const uint32_t slot = hr.x, n = min(hr.y, cap), io = row_io(p, hr);
-    const bool flush = n + 1u == p.ring_len || hr.z != 0u;
+    const RowStep row = row_decode(p, row_words(a.b.header, r));
+    const uint32_t slot = row.slot, n = row.n, io = row.io;
+    const bool flush = row.flush;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u, c = threadIdx.x;
     uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;

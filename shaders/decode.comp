@@ -446,7 +446,7 @@ void main()
 #if RSSM_REPLAY
     // min(): a corrupt header must not send the kernel outside the ring.
     const uint n = min(write_pos, RING_CAP);
-    const bool flush = n == RING_CAP || force != 0u;
+    const bool flush = RSSM_ROW_FLUSHES(n, RING_CAP, force);
     if (flush != (FLUSH_ROWS != 0u))
         return; // the other pipeline's row: uniform for the whole workgroup
 #else

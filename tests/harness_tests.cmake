@@ -5,7 +5,7 @@
 # device is skipped, never passed. On lavapipe it runs under the Vulkan
 # validation layer.
 add_executable(test_conform test_conform.c)
-target_link_libraries(test_conform PRIVATE rssm_harness rssm ${RSSM_CMOCKA} m)
+target_link_libraries(test_conform PRIVATE rssm_harness ${RSSM_CMOCKA} m)
 # Two tests that ctest runs side by side: the GDN and the KDA cases (whose
 # pipelines never coincide, so neither waits on the other's compiles). The
 # limit is what a machine with a cold shader cache needs, measured on two
@@ -32,7 +32,7 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
 endif()
 
 add_executable(test_trace test_trace.c)
-target_link_libraries(test_trace PRIVATE rssm_harness rssm ${RSSM_CMOCKA} m)
+target_link_libraries(test_trace PRIVATE rssm_harness ${RSSM_CMOCKA} m)
 add_test(NAME trace COMMAND test_trace)
 set_tests_properties(trace PROPERTIES
   ENVIRONMENT "${RSSM_TEST_ENV}"

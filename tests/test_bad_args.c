@@ -32,8 +32,8 @@ static void fx_open(fx *f)
     memset(f, 0, sizeof *f);
     f->m = ts_small_model(RSSM_GATE_GDN, 2, L);
     ts_env_open(&f->e, "cpu", &f->m, SLOTS, RSSM_FLUSH_ALIGNED, ROWS);
-    ts_rng r;
-    ts_rng_seed(&r, 0xbad);
+    rh_rng r;
+    rh_rng_seed(&r, 0xbad, 0);
     ts_env_alloc_random(&f->e, USED, &r);
     ts_inputs_alloc(&f->in, &f->m, ROWS);
     ts_inputs_random(&f->in, &r);
@@ -230,8 +230,8 @@ CASE(import_other_model, {
     rssm_model k = ts_small_model(RSSM_GATE_KDA, 2, L);
     ts_env e2;
     ts_env_open(&e2, "cpu", &k, 1, RSSM_FLUSH_ALIGNED, 0);
-    ts_rng r;
-    ts_rng_seed(&r, 3);
+    rh_rng r;
+    rh_rng_seed(&r, 3, 0);
     ts_env_alloc_random(&e2, 1, &r);
     size_t n = rssm_pool_export_size(e2.pool);
     unsigned char *b = malloc(n);

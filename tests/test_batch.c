@@ -13,17 +13,17 @@ typedef struct fixture {
     ts_inputs in;      /* MAX_ROWS rows */
     float *out;        /* MAX_ROWS rows */
     ts_pool_snapshot snap;
-    ts_rng rng;
+    rh_rng rng;
 } fixture;
 
 /* A pool of 5 slots: 0..3 allocated with random states, slot 1 and 2 part
  * way round their rings, slot 4 free; a batch of MAX_ROWS rows. */
 static void open_fixture(fixture *f, rssm_gate_kind kind, rssm_gate_mode mode)
 {
-    ts_rng_seed(&f->rng, SEED + kind * 7 + mode);
+    rh_rng_seed(&f->rng, SEED + kind * 7 + mode, 0);
     rssm_model m = ts_small_model(kind, 2, 4);
     m.gate_mode = mode;
-    ts_env_open(&f->e, "cpu", &m, 5, RSSM_FLUSH_ALIGNED, MAX_ROWS);
+    ts_env_open(&f->e, ts_backend(), &m, 5, RSSM_FLUSH_ALIGNED, MAX_ROWS);
     ts_env_alloc_random(&f->e, 4, &f->rng);
     ts_inputs_alloc(&f->in, &m, MAX_ROWS);
     f->out = malloc(ts_out_elems(&m, MAX_ROWS) * sizeof(float));
@@ -68,7 +68,7 @@ static void test_create_bad_args(void **state)
     rssm_error err;
     ts_env e;
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, 4);
-    ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 0);
     rssm_batch *b = NULL;
     TS_EXPECT(rssm_batch_create(NULL, 4, &b, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     TS_EXPECT(rssm_batch_create(e.pool, 0, &b, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
@@ -190,12 +190,12 @@ static void test_raw_gates_need_params(void **state)
 {
     (void)state;
     rssm_error err;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 99);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 99, 0);
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, 4);
     m.gate_mode = RSSM_GATE_RAW;
     ts_env e;
-    ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
+    ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 1);
     ts_env_alloc_random(&e, 2, &rng);
     float *A_log, *dt_bias;
     ts_random_gate_params(&m, &rng, &A_log, &dt_bias);
@@ -226,12 +226,12 @@ static void test_good_path(void **state)
 {
     (void)state;
     rssm_error err;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 5);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 5, 0);
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 3, 4);
     m.io_dtype = RSSM_DTYPE_BF16;
     ts_env e;
-    ts_env_open(&e, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 4);
+    ts_env_open(&e, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 4);
     ts_env_alloc_random(&e, 4, &rng);
     ts_inputs in;
     ts_inputs_alloc(&in, &m, 2);
@@ -278,5 +278,5 @@ int main(void)
         cmocka_unit_test(test_raw_gates_need_params),
         cmocka_unit_test(test_good_path),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN_ON_BACKEND(tests);
 }

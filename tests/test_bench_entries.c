@@ -36,10 +36,10 @@ static void twin_open(twin *t, const char *backend, const rssm_model *m, rssm_fl
     rssm_error err;
     ts_env_open(&t->a, backend, m, ROWS, policy, ROWS);
     ts_env_open(&t->b, backend, m, ROWS, policy, ROWS);
-    ts_rng r;
-    ts_rng_seed(&r, 0xbe7c);
+    rh_rng r;
+    rh_rng_seed(&r, 0xbe7c, 0);
     ts_env_alloc_random(&t->a, ROWS, &r);
-    ts_rng_seed(&r, 0xbe7c);
+    rh_rng_seed(&r, 0xbe7c, 0);
     ts_env_alloc_random(&t->b, ROWS, &r);
     ts_inputs_alloc(&t->in, m, ROWS);
     ts_inputs_random(&t->in, &r);
@@ -147,8 +147,8 @@ static void check_refusals(const char *backend)
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, L);
     ts_env e;
     ts_env_open(&e, backend, &m, ROWS + 1, RSSM_FLUSH_ALIGNED, ROWS);
-    ts_rng r;
-    ts_rng_seed(&r, 7);
+    rh_rng r;
+    rh_rng_seed(&r, 7, 0);
     ts_env_alloc_random(&e, ROWS, &r);
     ts_inputs in;
     ts_inputs_alloc(&in, &m, ROWS);
@@ -207,8 +207,8 @@ static void check_inplace(const char *backend)
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 2, L);
     ts_env e;
     ts_env_open(&e, backend, &m, ROWS, RSSM_FLUSH_ALIGNED, 0);
-    ts_rng r;
-    ts_rng_seed(&r, 11);
+    rh_rng r;
+    rh_rng_seed(&r, 11, 0);
     ts_env_alloc_random(&e, ROWS, &r);
     ts_pool_snapshot snap;
     ts_snapshot_take(&snap, e.pool);

@@ -37,8 +37,8 @@ static void run_on(const char *backend, run *r)
     ts_env e;
     ts_env_open(&e, backend, &m, SLOTS, RSSM_FLUSH_ALIGNED, ROWS);
     rssm_error err;
-    ts_rng rng;
-    ts_rng_seed(&rng, 0xb16);
+    rh_rng rng;
+    rh_rng_seed(&rng, 0xb16, 0);
     for (uint32_t i = 0; i < SLOTS; i++) {
         uint32_t slot;
         TS_OK(rssm_pool_alloc(e.pool, &slot, &err), &err);

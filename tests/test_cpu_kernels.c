@@ -83,7 +83,7 @@ typedef struct kresult {
     uint32_t flushes, forced_mid_ring, distinct_positions;
 } kresult;
 
-static void set_gate_params(ts_env *e, rssm_oracle *o, ts_rng *rng)
+static void set_gate_params(ts_env *e, rssm_oracle *o, rh_rng *rng)
 {
     rssm_error err;
     const rssm_model *m = &e->model;
@@ -117,8 +117,8 @@ static double step_both(ts_env *e, rssm_oracle *o, uint32_t rows, const uint32_t
 static void run_case(const kcase *c, kresult *res)
 {
     rssm_error err;
-    ts_rng rng;
-    ts_rng_seed(&rng, c->seed);
+    rh_rng rng;
+    rh_rng_seed(&rng, c->seed, 0);
     const rssm_model *m = &c->m;
     const uint32_t L = m->replay ? m->ring_len : 1, rows = c->rows;
     ts_env e;
@@ -259,8 +259,8 @@ static void test_l1_replay_is_packed_bit_for_bit(void **state)
     for (int g = 0; g < 2; g++)
         for (int md = 0; md < 3; md++)
             for (int dt = 0; dt < 2; dt++) {
-                ts_rng rng;
-                ts_rng_seed(&rng, SEED + 10 * g + md + 100 * dt);
+                rh_rng rng;
+                rh_rng_seed(&rng, SEED + 10 * g + md + 100 * dt, 0);
                 rssm_model rm = ts_small_model(kinds[g], 2, 1);
                 rm.gate_mode = modes[md];
                 rm.state_dtype = dt ? RSSM_DTYPE_BF16 : RSSM_DTYPE_F32;
@@ -452,8 +452,8 @@ static void test_qk_norm_off(void **state)
     rssm_error err;
     const rssm_gate_kind kinds[] = { RSSM_GATE_GDN, RSSM_GATE_KDA };
     for (int g = 0; g < 2; g++) {
-        ts_rng rng;
-        ts_rng_seed(&rng, SEED + 77 + g);
+        rh_rng rng;
+        rh_rng_seed(&rng, SEED + 77 + g, 0);
         rssm_model m = ts_small_model(kinds[g], 2, 8);
         m.qk_l2norm = 0;
         m.q_scale = 0.3f;
@@ -521,8 +521,8 @@ static void test_raw_gates(void **state)
     const rssm_gate_mode modes[] = { RSSM_GATE_RAW, RSSM_GATE_RAW_SAFE };
     for (int g = 0; g < 2; g++)
         for (int md = 0; md < 2; md++) {
-            ts_rng rng;
-            ts_rng_seed(&rng, SEED + 300 + 2 * g + md);
+            rh_rng rng;
+            rh_rng_seed(&rng, SEED + 300 + 2 * g + md, 0);
             rssm_model raw = ts_small_model(kinds[g], 2, 4);
             raw.gate_mode = modes[md];
             raw.gate_lower_bound = -3.0f;
@@ -653,8 +653,8 @@ static void test_poison_reaches_the_ring(void **state)
 {
     (void)state;
     rssm_error err;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 5);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 5, 0);
     const rssm_gate_kind kinds[] = { RSSM_GATE_GDN, RSSM_GATE_KDA };
     for (int g = 0; g < 2; g++) {
         rssm_model m = ts_small_model(kinds[g], 2, 8);
@@ -699,8 +699,8 @@ static void test_thread_count_does_not_change_bits(void **state)
     const size_t no = ts_out_elems(&m, ROWS), ns = ts_state_elems(&m);
     float *outs[2], *states[2];
     for (int i = 0; i < 2; i++) {
-        ts_rng rng;
-        ts_rng_seed(&rng, SEED + 6);
+        rh_rng rng;
+        rh_rng_seed(&rng, SEED + 6, 0);
         assert_int_equal(setenv("RSSM_CPU_THREADS", counts[i], 1), 0);
         ts_env e;
         ts_env_open(&e, "cpu", &m, ROWS, RSSM_FLUSH_STAGGERED, ROWS);

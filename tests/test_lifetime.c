@@ -25,8 +25,8 @@ static void test_destroy_in_any_order(void **state)
     TS_OK(rssm_backend_create("cpu", &b, &err), &err);
     TS_OK(rssm_pool_create(b, &m, 4, RSSM_FLUSH_ALIGNED, &p, &err), &err);
     TS_OK(rssm_batch_create(p, 2, &batch, &err), &err);
-    ts_rng r;
-    ts_rng_seed(&r, 7);
+    rh_rng r;
+    rh_rng_seed(&r, 7, 0);
     uint32_t slot;
     TS_OK(rssm_pool_alloc(p, &slot, &err), &err);
     float *st = ts_random_state(&m, &r);
@@ -127,8 +127,8 @@ static void test_one_pool_many_threads(void **state)
     m.state_dtype = RSSM_DTYPE_F32; /* round trips are exact */
     ts_env e;
     ts_env_open(&e, "cpu", &m, 2 * THREADS, RSSM_FLUSH_ALIGNED, 0);
-    ts_rng r;
-    ts_rng_seed(&r, 11);
+    rh_rng r;
+    rh_rng_seed(&r, 11, 0);
     ts_env_alloc_random(&e, 2 * THREADS, &r);
     worker w[THREADS];
     pthread_t th[THREADS];

@@ -24,8 +24,8 @@ static void run(const char *backend, const rssm_model *m, int poison, field f, f
 {
     ts_env e;
     ts_env_open(&e, backend, m, ROWS, RSSM_FLUSH_ALIGNED, ROWS);
-    ts_rng r;
-    ts_rng_seed(&r, 0x5eed);
+    rh_rng r;
+    rh_rng_seed(&r, 0x5eed, 0);
     ts_env_alloc_random(&e, ROWS, &r);
     ts_inputs in;
     ts_inputs_alloc(&in, m, ROWS);

@@ -22,7 +22,7 @@ static void test_create_bad_args(void **state)
     (void)state;
     rssm_error err;
     rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create("cpu", &b, &err), &err);
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, 8);
     rssm_pool *p = NULL;
     TS_EXPECT(rssm_pool_create(NULL, &m, 4, RSSM_FLUSH_ALIGNED, &p, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
@@ -68,12 +68,12 @@ static void expect_state(rssm_pool *p, uint32_t slot, const float *want)
 static void test_alloc_until_full(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED, 0);
     rssm_error err;
     ts_env e;
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 2, 4);
-    ts_env_open(&e, "cpu", &m, 3, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&e, ts_backend(), &m, 3, RSSM_FLUSH_ALIGNED, 0);
     const size_t n = ts_state_elems(&m);
     float *states[3];
     for (uint32_t i = 0; i < 3; i++) {
@@ -119,12 +119,12 @@ static void test_alloc_until_full(void **state)
 static void test_free_bad_slot(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 1);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 1, 0);
     rssm_error err;
     ts_env e;
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, 4);
-    ts_env_open(&e, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&e, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 0);
     ts_env_alloc_random(&e, 3, &rng);
     TS_OK(rssm_pool_free(e.pool, 1, &err), &err);
 
@@ -145,12 +145,12 @@ static void test_free_bad_slot(void **state)
 static void test_slot_functions_bad_args(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 2);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 2, 0);
     rssm_error err;
     ts_env e;
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 2, 4);
-    ts_env_open(&e, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&e, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 0);
     ts_env_alloc_random(&e, 3, &rng);
     TS_OK(rssm_pool_free(e.pool, 2, &err), &err); /* slot 2 free, 3 never used */
     float *buf = ts_random_state(&m, &rng);
@@ -206,15 +206,15 @@ static void test_slot_functions_bad_args(void **state)
 static void test_state_round_trip(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 3);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 3, 0);
     rssm_error err;
     const rssm_dtype dts[] = { RSSM_DTYPE_F32, RSSM_DTYPE_BF16 };
     for (int d = 0; d < 2; d++) {
         rssm_model m = ts_small_model(d ? RSSM_GATE_KDA : RSSM_GATE_GDN, 3, 4);
         m.state_dtype = dts[d];
         ts_env e;
-        ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 0);
+        ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 0);
         ts_env_alloc_random(&e, 2, &rng);
         const size_t n = ts_state_elems(&m);
         float *s = ts_random_state(&m, &rng);
@@ -244,7 +244,7 @@ static void test_state_round_trip(void **state)
 }
 
 /* Runs `steps` single-row steps of `slot` with fresh random inputs. */
-static void run_steps(ts_env *e, uint32_t slot, uint32_t steps, uint64_t *seq, ts_rng *rng)
+static void run_steps(ts_env *e, uint32_t slot, uint32_t steps, uint64_t *seq, rh_rng *rng)
 {
     ts_inputs in;
     ts_inputs_alloc(&in, &e->model, 1);
@@ -261,14 +261,14 @@ static void run_steps(ts_env *e, uint32_t slot, uint32_t steps, uint64_t *seq, t
 static void test_materialise_mid_ring(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 4);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 4, 0);
     rssm_error err;
     const rssm_gate_kind kinds[] = { RSSM_GATE_GDN, RSSM_GATE_KDA };
     for (int g = 0; g < 2; g++) {
         rssm_model m = ts_small_model(kinds[g], 2, 8);
         ts_env e;
-        ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
+        ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 1);
         ts_env_alloc_random(&e, 2, &rng);
         uint64_t seq = 100;
         run_steps(&e, 1, 5, &seq, &rng);
@@ -309,15 +309,15 @@ static void test_materialise_mid_ring(void **state)
 static void test_copy_on_write(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 5);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 5, 0);
     rssm_error err;
     const rssm_gate_kind kinds[] = { RSSM_GATE_GDN, RSSM_GATE_KDA };
     for (int g = 0; g < 2; g++) {
         rssm_model m = ts_small_model(kinds[g], 2, 8);
         m.ring_dtype = RSSM_DTYPE_F16;
         ts_env e;
-        ts_env_open(&e, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 2);
+        ts_env_open(&e, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 2);
         ts_env_alloc_random(&e, 4, &rng);
         uint64_t seq = 40;
         run_steps(&e, 0, 3, &seq, &rng);
@@ -382,12 +382,12 @@ static void test_copy_on_write(void **state)
 static void test_copy_errors_keep_source_ring(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 6);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 6, 0);
     rssm_error err;
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 1, 8);
     ts_env e;
-    ts_env_open(&e, "cpu", &m, 3, RSSM_FLUSH_ALIGNED, 1);
+    ts_env_open(&e, ts_backend(), &m, 3, RSSM_FLUSH_ALIGNED, 1);
     ts_env_alloc_random(&e, 2, &rng);
     uint64_t seq = 7;
     run_steps(&e, 0, 4, &seq, &rng);
@@ -407,8 +407,8 @@ static void test_copy_errors_keep_source_ring(void **state)
 static void test_export_import_continue(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 7);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 7, 0);
     rssm_error err;
     const rssm_gate_kind kinds[] = { RSSM_GATE_GDN, RSSM_GATE_KDA };
     const rssm_dtype rings[] = { RSSM_DTYPE_F32, RSSM_DTYPE_BF16 };
@@ -417,8 +417,8 @@ static void test_export_import_continue(void **state)
         m.ring_dtype = rings[g];
         m.state_dtype = rings[g];
         ts_env a, b;
-        ts_env_open(&a, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
-        ts_env_open(&b, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 1);
+        ts_env_open(&a, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 1);
+        ts_env_open(&b, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 1);
         ts_env_alloc_random(&a, 2, &rng);
         ts_env_alloc_random(&b, 4, &rng);
         uint64_t seq = 1000;
@@ -479,11 +479,11 @@ static void test_export_import_continue(void **state)
 }
 
 /* Bytes exported by a pool of model `other` into a pool of model `m`. */
-static rssm_status import_foreign(const rssm_model *m, const rssm_model *other, ts_rng *rng, rssm_error *err)
+static rssm_status import_foreign(const rssm_model *m, const rssm_model *other, rh_rng *rng, rssm_error *err)
 {
     ts_env a, b;
-    ts_env_open(&a, "cpu", other, 1, RSSM_FLUSH_ALIGNED, 0);
-    ts_env_open(&b, "cpu", m, 1, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&a, ts_backend(), other, 1, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open(&b, ts_backend(), m, 1, RSSM_FLUSH_ALIGNED, 0);
     ts_env_alloc_random(&a, 1, rng);
     ts_env_alloc_random(&b, 1, rng);
     size_t xs = rssm_pool_export_size(a.pool);
@@ -519,13 +519,13 @@ static void reseal(uint8_t *blob, size_t size)
 static void test_import_validates_content(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 9);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 9, 0);
     rssm_error err;
     for (int kda = 0; kda < 2; kda++) {
         rssm_model m = ts_small_model(kda ? RSSM_GATE_KDA : RSSM_GATE_GDN, 2, 8);
         ts_env e;
-        ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
+        ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 1);
         ts_env_alloc_random(&e, 2, &rng);
         uint64_t seq = 3;
         run_steps(&e, 0, 3, &seq, &rng); /* slot 0: write_pos 3 */
@@ -569,14 +569,14 @@ static void test_import_validates_content(void **state)
 static void test_import_rejects_bad_bytes(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 8);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 8, 0);
     rssm_error err;
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, 8);
     m.num_qk_heads = m.num_v_heads = 4;
     m.ring_dtype = RSSM_DTYPE_F16;
     ts_env e;
-    ts_env_open(&e, "cpu", &m, 2, RSSM_FLUSH_ALIGNED, 1);
+    ts_env_open(&e, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, 1);
     ts_env_alloc_random(&e, 2, &rng);
     uint64_t seq = 3;
     run_steps(&e, 0, 3, &seq, &rng);
@@ -678,13 +678,13 @@ static void test_import_rejects_bad_bytes(void **state)
 static void test_policies_agree(void **state)
 {
     (void)state;
-    ts_rng rng;
-    ts_rng_seed(&rng, SEED + 9);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 9, 0);
     rssm_error err;
     rssm_model m = ts_small_model(RSSM_GATE_KDA, 1, 4);
     ts_env a, s;
-    ts_env_open(&a, "cpu", &m, 4, RSSM_FLUSH_ALIGNED, 4);
-    ts_env_open(&s, "cpu", &m, 4, RSSM_FLUSH_STAGGERED, 4);
+    ts_env_open(&a, ts_backend(), &m, 4, RSSM_FLUSH_ALIGNED, 4);
+    ts_env_open(&s, ts_backend(), &m, 4, RSSM_FLUSH_STAGGERED, 4);
     const size_t n = ts_state_elems(&m);
     for (uint32_t i = 0; i < 4; i++) {
         uint32_t x, y;
@@ -742,5 +742,5 @@ int main(void)
         cmocka_unit_test(test_import_validates_content),
         cmocka_unit_test(test_policies_agree),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN_ON_BACKEND(tests);
 }

@@ -48,7 +48,7 @@ static void plan_commit(rssm_pool *p, uint32_t rows, const uint32_t *slots, cons
 
 static void open_pool(ts_env *e, rssm_model m, uint32_t slots, rssm_flush_policy policy)
 {
-    ts_env_open(e, "cpu", &m, slots, policy, 0);
+    ts_env_open(e, ts_backend(), &m, slots, policy, 0);
     rssm_error err;
     for (uint32_t i = 0; i < slots; i++) {
         uint32_t s;
@@ -453,5 +453,5 @@ int main(void)
         cmocka_unit_test(test_staggered_copy_import_realloc),
     };
     (void)SEED;
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN_ON_BACKEND(tests);
 }

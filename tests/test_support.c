@@ -25,21 +25,11 @@ void ts_check_status(rssm_status got, rssm_status want, const rssm_error *err,
 
 /* ------------------------------------------------------ random inputs */
 
-void ts_rng_seed(ts_rng *r, uint64_t seed) { r->state = seed * 0x9e3779b97f4a7c15ull + 1; }
-
-uint64_t ts_rng_u64(ts_rng *r) /* splitmix64 */
-{
-    uint64_t z = (r->state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-
-float ts_rng_float(ts_rng *r, float lo, float hi)
+float ts_rng_float(rh_rng *r, float lo, float hi)
 {
     const float min_abs = 1e-3f * (hi - lo);
     for (;;) {
-        double u = (double)(ts_rng_u64(r) >> 11) * 0x1.0p-53;
+        double u = (double)(rh_rng_next(r) >> 11) * 0x1.0p-53;
         float x = (float)(lo + (hi - lo) * u);
         if (x >= hi)
             x = lo;
@@ -48,7 +38,7 @@ float ts_rng_float(ts_rng *r, float lo, float hi)
     }
 }
 
-void ts_fill(float *x, size_t n, float lo, float hi, ts_rng *r)
+void ts_fill(float *x, size_t n, float lo, float hi, rh_rng *r)
 {
     for (size_t i = 0; i < n; i++)
         x[i] = ts_rng_float(r, lo, hi);
@@ -147,7 +137,7 @@ static void *xcalloc(size_t n, size_t size)
     return p;
 }
 
-float *ts_random_state(const rssm_model *m, ts_rng *r)
+float *ts_random_state(const rssm_model *m, rh_rng *r)
 {
     size_t n = ts_state_elems(m);
     float *s = xcalloc(n, sizeof *s);
@@ -193,7 +183,7 @@ void ts_inputs_free(ts_inputs *t)
 
 /* Random values in [lo, hi), stored in dtype t at `dst`, and the stored
  * value (after rounding) in `f`. */
-static void fill_io(void *dst, float *f, size_t n, rssm_dtype t, float lo, float hi, ts_rng *r)
+static void fill_io(void *dst, float *f, size_t n, rssm_dtype t, float lo, float hi, rh_rng *r)
 {
     for (size_t i = 0; i < n; i++) {
         float x = ts_rng_float(r, lo, hi);
@@ -202,7 +192,7 @@ static void fill_io(void *dst, float *f, size_t n, rssm_dtype t, float lo, float
     }
 }
 
-void ts_inputs_random(ts_inputs *t, ts_rng *r)
+void ts_inputs_random(ts_inputs *t, rh_rng *r)
 {
     const rssm_dtype io = t->model.io_dtype;
     fill_io(t->q, t->qf, t->nq, io, -1.0f, 1.0f, r);
@@ -217,7 +207,7 @@ void ts_inputs_random(ts_inputs *t, ts_rng *r)
     }
 }
 
-void ts_random_gate_params(const rssm_model *m, ts_rng *r, float **A_log, float **dt_bias)
+void ts_random_gate_params(const rssm_model *m, rh_rng *r, float **A_log, float **dt_bias)
 {
     size_t na = (size_t)m->layers * m->num_v_heads;
     size_t nd = na * ts_gate_width(m);
@@ -228,6 +218,28 @@ void ts_random_gate_params(const rssm_model *m, ts_rng *r, float **A_log, float 
 }
 
 /* ------------------------------------------------------------ fixture */
+
+const char *ts_backend(void)
+{
+    const char *name = getenv("RSSM_TEST_BACKEND");
+    return name && *name ? name : "cpu";
+}
+
+int ts_backend_usable(void)
+{
+    rssm_error err;
+    rssm_backend *b = NULL;
+    const rssm_status st = rssm_backend_create(ts_backend(), &b, &err);
+    rssm_backend_destroy(&b);
+    if (st == RSSM_OK)
+        return 1;
+    if (st == RSSM_ERR_UNAVAILABLE && !rh_backend_required(ts_backend())) {
+        printf("skipped: backend %s: %s\n", ts_backend(), err.message);
+        return 0;
+    }
+    fprintf(stderr, "backend %s: %s\n", ts_backend(), err.message);
+    exit(1);
+}
 
 void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
                  rssm_flush_policy policy, uint32_t max_rows)
@@ -248,7 +260,7 @@ void ts_env_close(ts_env *e)
     rssm_backend_destroy(&e->backend);
 }
 
-void ts_env_alloc_random(ts_env *e, uint32_t n, ts_rng *r)
+void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r)
 {
     rssm_error err;
     for (uint32_t i = 0; i < n; i++) {

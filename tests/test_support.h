@@ -8,6 +8,7 @@
 #define RSSM_TEST_SUPPORT_H
 
 #include "conform.h" /* rh_backend_required */
+#include "rng.h"
 #include "rssm.h"
 
 #include <setjmp.h> /* cmocka.h needs these first */
@@ -37,16 +38,12 @@ void ts_check_status(rssm_status got, rssm_status want, const rssm_error *err,
 
 /* ------------------------------------------------------ random inputs */
 
-typedef struct ts_rng {
-    uint64_t state;
-} ts_rng;
-
-void ts_rng_seed(ts_rng *r, uint64_t seed);
-uint64_t ts_rng_u64(ts_rng *r);
+/* The harness's seeded generator (tools/harness/rng.h), seeded with
+ * rh_rng_seed(r, seed, 0): one generator for tests, traces and benchmarks. */
 /* Uniform in [lo, hi), never closer to 0 than 1e-3 * (hi - lo) when the
  * interval straddles 0: tests never run on (near-)zero data. */
-float ts_rng_float(ts_rng *r, float lo, float hi);
-void ts_fill(float *x, size_t n, float lo, float hi, ts_rng *r);
+float ts_rng_float(rh_rng *r, float lo, float hi);
+void ts_fill(float *x, size_t n, float lo, float hi, rh_rng *r);
 
 /* ------------------------------------------------ poison and compare */
 
@@ -74,7 +71,7 @@ size_t ts_out_elems(const rssm_model *m, uint32_t rows); /* layers*rows*HV*V */
 size_t ts_gate_width(const rssm_model *m);              /* 1 (GDN) or K (KDA) */
 
 /* A random state [layers][HV][V][K] in [-0.5, 0.5), malloc'd. */
-float *ts_random_state(const rssm_model *m, ts_rng *r);
+float *ts_random_state(const rssm_model *m, rh_rng *r);
 
 /* ------------------------------------------------------ step inputs */
 
@@ -95,11 +92,11 @@ void ts_inputs_alloc(ts_inputs *t, const rssm_model *m, uint32_t rows);
 void ts_inputs_free(ts_inputs *t);
 /* Random q, k, v in [-1, 1); PRECOMPUTED: g in [-0.4, -0.01] and beta in
  * [0.05, 0.95]; RAW modes: a and b in [-3, 3). */
-void ts_inputs_random(ts_inputs *t, ts_rng *r);
+void ts_inputs_random(ts_inputs *t, rh_rng *r);
 
 /* Random gate weights for RAW modes: A_log [layers][HV] in [-1, 0.5],
  * dt_bias [layers][HV] or [layers][HV][K] in [-1, 1]. malloc'd. */
-void ts_random_gate_params(const rssm_model *m, ts_rng *r, float **A_log, float **dt_bias);
+void ts_random_gate_params(const rssm_model *m, rh_rng *r, float **A_log, float **dt_bias);
 
 /* Calls check(name, arg) once per distinct kernel set among the backends
  * that start here (a name that runs the kernels of an earlier one is
@@ -116,7 +113,18 @@ typedef struct ts_env {
     rssm_batch *batch;
 } ts_env;
 
-/* Opens `backend` ("cpu"), a pool of `slots` slots and a batch of
+/* The backend the pool, batch and schedule tests run on: RSSM_TEST_BACKEND
+ * (tests/CMakeLists.txt runs them once per backend built in), else "cpu". */
+const char *ts_backend(void);
+/* For main(), before the tests: 1 if ts_backend() starts on this machine;
+ * 0 after printing why not, when the test should be skipped (exit code 77)
+ * because RSSM_REQUIRE_BACKENDS does not name it. A required backend that
+ * does not start fails the test. */
+int ts_backend_usable(void);
+#define TS_RUN_ON_BACKEND(tests)                                                   \
+    (ts_backend_usable() ? cmocka_run_group_tests(tests, NULL, NULL) : 77)
+
+/* Opens `backend` (ts_backend()), a pool of `slots` slots and a batch of
  * `max_rows` rows (0: no batch). */
 void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
                  rssm_flush_policy policy, uint32_t max_rows);
@@ -128,7 +136,7 @@ void ts_step(ts_env *e, uint32_t rows, const uint32_t *slots, const uint64_t *se
              uint32_t snapshot_interval, const ts_inputs *in, void *out);
 
 /* Allocates `n` slots, expecting 0, 1, ..., n-1, each with a random state. */
-void ts_env_alloc_random(ts_env *e, uint32_t n, ts_rng *r);
+void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r);
 
 /* Snapshot of every allocated slot (write_pos and true state) of a pool,
  * to prove that a failed call changed nothing. */

@@ -75,8 +75,8 @@ static void decode_once(char *cache_line, size_t size)
         describe_cache(e.backend, cache_line, size);
     rssm_error err;
     TS_OK(rssm_batch_create(e.pool, 1, &e.batch, &err), &err);
-    ts_rng r;
-    ts_rng_seed(&r, 7);
+    rh_rng r;
+    rh_rng_seed(&r, 7, 0);
     ts_env_alloc_random(&e, 1, &r);
     ts_inputs in;
     ts_inputs_alloc(&in, &m, 1);

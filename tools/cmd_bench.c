@@ -10,6 +10,7 @@
 
 #include "error.h"
 #include "rssm.h"
+#include "rssm_layout.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -183,7 +184,7 @@ static void timing_clear(timing *t)
 static void plans_at(rssm_row_plan *plan, const uint32_t *slots, uint32_t rows, uint32_t n, uint32_t L)
 {
     for (uint32_t i = 0; i < rows; i++)
-        plan[i] = (rssm_row_plan){.slot = slots[i], .write_pos = n, .force = 0, .is_flush = n + 1 == L};
+        plan[i] = (rssm_row_plan){.slot = slots[i], .write_pos = n, .force = 0, .is_flush = RSSM_ROW_FLUSHES(n, L - 1, 0u)};
 }
 
 /* Times, on a fresh pool of `rows` random slots, a program of `cycle_steps`
