@@ -49,9 +49,11 @@ typedef struct rssm_backend_ops {
     rssm_status (*supports)(void *ctx, const rssm_model *m, rssm_error *err);
 
     /* Device memory for `slots` slots laid out as `layout`, contents
-     * undefined (common code zeroes slots it allocates). */
-    rssm_status (*pool_create)(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
-                               uint32_t slots, void **pool, rssm_error *err);
+     * undefined (common code zeroes slots it allocates). What a batch
+     * needs of the model comes with it, as its kernel parameters: a
+     * backend keeps no copy of the model. */
+    rssm_status (*pool_create)(void *ctx, const rssm_slot_layout *layout, uint32_t slots, void **pool,
+                               rssm_error *err);
     void (*pool_destroy)(void *ctx, void *pool);
     /* The slot's whole block (layout->slot_bytes), host <-> device. */
     rssm_status (*slot_read)(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err);
@@ -132,10 +134,11 @@ void rssm_slot_layout_init(rssm_slot_layout *layout, const rssm_model *m);
 void rssm_kernel_params_init(rssm_kernel_params *params, const rssm_model *m,
                              const rssm_slot_layout *layout, uint32_t max_rows);
 
-/* Byte sizes of one layer's block of each step array for `rows` rows. */
+/* Byte sizes of one layer's block of each step array for `rows` rows: what
+ * every backend allocates and copies (rssm_step_inputs' shapes). */
 typedef struct rssm_io_sizes {
     size_t q, k, v, gate, beta, out;
 } rssm_io_sizes;
-void rssm_io_sizes_init(rssm_io_sizes *sizes, const rssm_model *m, uint32_t rows);
+void rssm_io_sizes_init(rssm_io_sizes *sizes, const rssm_kernel_params *p, uint32_t rows);
 
 #endif /* RSSM_BACKEND_H */

@@ -195,12 +195,12 @@ void rssm_kernel_params_init(rssm_kernel_params *p, const rssm_model *m, const r
     p->gate_lower_bound = m->gate_lower_bound;
 }
 
-void rssm_io_sizes_init(rssm_io_sizes *s, const rssm_model *m, uint32_t rows)
+void rssm_io_sizes_init(rssm_io_sizes *s, const rssm_kernel_params *p, uint32_t rows)
 {
-    const size_t io = rssm_dtype_size(m->io_dtype);
-    const size_t H = m->num_qk_heads, HV = m->num_v_heads, K = m->head_k, V = m->head_v;
+    const size_t io = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
     s->q = s->k = rows * H * K * io;
     s->v = s->out = rows * HV * V * io;
-    s->gate = rows * HV * (m->gate_kind == RSSM_GATE_KDA ? K : 1) * sizeof(float);
+    s->gate = rows * HV * (p->gate_kind == RSSM_CODE_GATE_KDA ? K : 1) * sizeof(float);
     s->beta = rows * HV * sizeof(float);
 }

@@ -54,7 +54,7 @@ rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t 
         rssm_pool_destroy(&p);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory for %u slots", slots);
     }
-    st = b->ops->pool_create(b->ctx, model, &p->layout, slots, &p->dev, err);
+    st = b->ops->pool_create(b->ctx, &p->layout, slots, &p->dev, err);
     if (st != RSSM_OK) {
         p->dev = NULL;
         rssm_pool_destroy(&p);

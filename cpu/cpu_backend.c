@@ -206,11 +206,10 @@ static rssm_status cpu_supports(void *ctx, const rssm_model *m, rssm_error *err)
 
 /* ------------------------------------------------------------------- pool */
 
-static rssm_status cpu_pool_create(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
-                                   uint32_t slots, void **out, rssm_error *err)
+static rssm_status cpu_pool_create(void *ctx, const rssm_slot_layout *layout, uint32_t slots, void **out,
+                                   rssm_error *err)
 {
     (void)ctx;
-    (void)m;
     if (slots == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cpu pool: slots must be >= 1");
     if (layout->slot_bytes != 0 && slots > SIZE_MAX / layout->slot_bytes)
@@ -314,13 +313,9 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     b->params = *params;
 
     const rssm_kernel_params *p = params;
-    const size_t io = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t gw = p->gate_kind == RSSM_CODE_GATE_KDA ? p->head_k : 1;
-    const size_t H = p->num_qk_heads, HV = p->num_v_heads;
-    b->row_sizes.q = b->row_sizes.k = H * p->head_k * io;
-    b->row_sizes.v = b->row_sizes.out = HV * p->head_v * io;
-    b->row_sizes.gate = HV * gw * sizeof(float);
-    b->row_sizes.beta = HV * sizeof(float);
+    const size_t HV = p->num_v_heads;
+    rssm_io_sizes_init(&b->row_sizes, p, 1);
     const size_t lr = (size_t)p->layers * p->max_rows; /* [layers][max_rows] */
 
     /* Sizes are bounded by validation (K, V <= 256, HV <= 1024, layers <=

@@ -197,10 +197,9 @@ rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
     return rssm_clear_error(err);
 }
 
-rssm_status cuda_pool_create(void *ctx, const rssm_model *m, const rssm_slot_layout *layout,
-                             uint32_t slots, void **out, rssm_error *err)
+rssm_status cuda_pool_create(void *ctx, const rssm_slot_layout *layout, uint32_t slots, void **out,
+                             rssm_error *err)
 {
-    (void)m;
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CK(cudaSetDevice(c->device));
     CudaPool *pool = static_cast<CudaPool *>(calloc(1, sizeof *pool));
@@ -278,13 +277,14 @@ void batch_free(CudaBatch *b)
 rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
 {
     const rssm_kernel_params &p = b->params;
-    const size_t io = p.io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t Kg = p.gate_kind == RSSM_CODE_GATE_KDA ? p.head_k : 1;
     const size_t rows = (size_t)p.layers * p.max_rows;
-    b->row_q = (size_t)p.num_qk_heads * p.head_k * io;
-    b->row_v = (size_t)p.num_v_heads * p.head_v * io;
-    b->row_gate = (size_t)p.num_v_heads * Kg * sizeof(float);
-    b->row_beta = (size_t)p.num_v_heads * sizeof(float);
+    rssm_io_sizes row;
+    rssm_io_sizes_init(&row, &p, 1);
+    b->row_q = row.q;
+    b->row_v = row.v;
+    b->row_gate = row.gate;
+    b->row_beta = row.beta;
     b->header_bytes = RSSM_HEADER_BYTES(p.max_rows);
 
     CK(cudaMalloc(&b->q, rows * b->row_q));

@@ -26,7 +26,9 @@ static rssm_status vk_supports(void *vctx, const rssm_model *m, rssm_error *err)
     if ((st = rssm_model_validate(m, err)) != RSSM_OK)
         return st;
     const VkPhysicalDeviceLimits *lim = &ctx->props.limits;
-    size_t shared = vk_shared_bytes(ctx, m);
+    rssm_kernel_params params;
+    vk_model_params(m, &params);
+    size_t shared = vk_shared_bytes(ctx, &params);
     if (shared > lim->maxComputeSharedMemorySize)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
                               "vulkan: K=%u, V=%u, L=%u needs %zu bytes of shared memory per workgroup; "
@@ -38,7 +40,7 @@ static rssm_status vk_supports(void *vctx, const rssm_model *m, rssm_error *err)
                               "vulkan: HV=%u heads x %u layers exceed the device's dispatch limits (%u, %u)",
                               m->num_v_heads, m->layers, lim->maxComputeWorkGroupCount[0],
                               lim->maxComputeWorkGroupCount[2]);
-    if (vk_uses_tiles(ctx, m)) {
+    if (vk_uses_tiles(ctx, &params)) {
         /* Tiles are distributed over whole subgroups. */
         uint32_t s = ctx->subgroup_size;
         if ((ctx->tile_m * ctx->tile_n) % s || (ctx->tile_m * ctx->tile_k) % s || (ctx->tile_k * ctx->tile_n) % s)
@@ -49,8 +51,8 @@ static rssm_status vk_supports(void *vctx, const rssm_model *m, rssm_error *err)
     return rssm_clear_error(err);
 }
 
-static rssm_status vk_pool_create(void *vctx, const rssm_model *m, const rssm_slot_layout *layout, uint32_t slots,
-                                  void **out, rssm_error *err)
+static rssm_status vk_pool_create(void *vctx, const rssm_slot_layout *layout, uint32_t slots, void **out,
+                                  rssm_error *err)
 {
     vk_ctx *ctx = vctx;
     rssm_status st = vk_check_validation(ctx, err);
@@ -76,7 +78,6 @@ static rssm_status vk_pool_create(void *vctx, const rssm_model *m, const rssm_sl
     vk_pool *p = calloc(1, sizeof *p);
     if (!p)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
-    p->model = *m;
     p->layout = *layout;
     p->slots = slots;
     p->slots_per_buffer = spb;
@@ -157,7 +158,9 @@ static rssm_status vk_slot_write(void *vctx, void *vpool, uint32_t slot, const v
  * only when a flush can find ring entries (replay with L > 1). */
 static rssm_dtype vk_matrix_dtype(void *vctx, const rssm_model *m)
 {
-    return vk_uses_tiles(vctx, m) ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
+    rssm_kernel_params params;
+    vk_model_params(m, &params);
+    return vk_uses_tiles(vctx, &params) ? RSSM_DTYPE_F16 : RSSM_DTYPE_F32;
 }
 
 static const char *vk_kernels_variant(void *vctx)

@@ -14,17 +14,17 @@
 
 static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
-static void io_layout_init(vk_io_layout *io, const rssm_model *m, uint32_t max_rows, VkDeviceSize align)
+static void io_layout_init(vk_io_layout *io, const rssm_kernel_params *p, VkDeviceSize align)
 {
     rssm_io_sizes s;
-    rssm_io_sizes_init(&s, m, max_rows);
-    const VkDeviceSize L = m->layers;
+    rssm_io_sizes_init(&s, p, p->max_rows);
+    const VkDeviceSize L = p->layers;
     io->q_bytes = s.q;
     io->v_bytes = s.v;
     io->gate_bytes = s.gate;
     io->beta_bytes = s.beta;
-    io->a_log_bytes = (VkDeviceSize)m->num_v_heads * 4;
-    io->dt_bias_bytes = io->a_log_bytes * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1);
+    io->a_log_bytes = (VkDeviceSize)p->num_v_heads * 4;
+    io->dt_bias_bytes = io->a_log_bytes * (p->gate_kind == RSSM_CODE_GATE_KDA ? p->head_k : 1);
     VkDeviceSize at = 0;
 #define PLACE(field, bytes) io->field = at, at = align_up(at + (bytes), align)
     PLACE(q, L * s.q);
@@ -268,7 +268,7 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
     b->pool = pool;
     b->params = *params;
     VkDeviceSize align = lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
-    io_layout_init(&b->io, &pool->model, params->max_rows, align);
+    io_layout_init(&b->io, params, align);
 
     if ((st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_DEVICE, &b->io_dev, err)) == RSSM_OK &&
         (st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_HOST, &b->io_host, err)) == RSSM_OK &&
@@ -277,12 +277,13 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
             RSSM_OK &&
         (st = create_descriptors(ctx, b, err)) == RSSM_OK) {
-        b->split = vk_row_split(ctx, &pool->model, params->max_rows, true);
-        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, true, b->split, &b->pipeline, err);
+        b->split = vk_row_split(ctx, params, params->max_rows, true);
+        st = vk_pipeline_create(ctx, pool, params, b->pipeline_layout, true, b->split, &b->pipeline, err);
     }
-    if (st == RSSM_OK && !vk_runs_packed(&pool->model)) {
-        b->split_readout = vk_row_split(ctx, &pool->model, params->max_rows, false);
-        st = vk_pipeline_create(ctx, pool, b->pipeline_layout, false, b->split_readout, &b->pipeline_readout, err);
+    if (st == RSSM_OK && !vk_runs_packed(params)) {
+        b->split_readout = vk_row_split(ctx, params, params->max_rows, false);
+        st = vk_pipeline_create(ctx, pool, params, b->pipeline_layout, false, b->split_readout,
+                                &b->pipeline_readout, err);
     }
     if (st == RSSM_OK && ctx->timestamp_bits) {
         VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,

@@ -103,7 +103,6 @@ typedef struct vk_ctx {
 } vk_ctx;
 
 typedef struct vk_pool {
-    rssm_model model;
     rssm_slot_layout layout;
     uint32_t slots;
     /* Device-local: buffer i holds slots i * slots_per_buffer onwards, as
@@ -192,23 +191,30 @@ extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 
 /* ---- vk_pipeline.c */
-/* Shared memory the decode kernel needs for this model with the context's
- * kernels, in bytes; the same arithmetic as the shader's declarations. */
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m); /* the larger of a model's two pipelines */
+/* Everything below takes a model as its kernel parameters (common/backend.h),
+ * the one description of it a batch has. */
+/* Shared memory the decode kernel needs for these parameters with the
+ * context's kernels, in bytes; the same arithmetic as the shader's
+ * declarations. The larger of a model's two pipelines. */
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p);
 /* Whether the model runs the packed module: packed models, and replay with
  * L = 1, whose every step is a rank-1 flush, i.e. the packed update (so it
  * is bit-identical to packed by construction, as on CUDA). */
-bool vk_runs_packed(const rssm_model *m);
+bool vk_runs_packed(const rssm_kernel_params *p);
 /* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
-bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m);
+bool vk_uses_tiles(const vk_ctx *ctx, const rssm_kernel_params *p);
 /* The decode pipeline of the rows that flush (flush_rows) or of those that
  * do not (replay with L > 1 only); a model that runs the packed module has
  * the one, flush_rows = true. */
-rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
-                               uint32_t row_split, VkPipeline *out, rssm_error *err);
+rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kernel_params *p,
+                               VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
+                               rssm_error *err);
 /* How many workgroups share a value head in that pipeline, for a batch of
  * max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
-uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows);
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows);
+/* The kernel parameters of a valid model (for a batch of one row), for the
+ * questions asked of a model before it has a batch. */
+void vk_model_params(const rssm_model *m, rssm_kernel_params *p);
 /* What every compute pipeline here is laid out as: `bindings` storage
  * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
  * `first_count` (the pool's buffers) and the others single, one

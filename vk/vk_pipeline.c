@@ -1,5 +1,5 @@
-/* Choosing a decode module for a model and specialising it into a compute
- * pipeline (through the context's pipeline cache). */
+/* Choosing a decode module for a batch's kernel parameters and specialising
+ * it into a compute pipeline (through the context's pipeline cache). */
 #include "vk_internal.h"
 #include "error.h"
 
@@ -7,26 +7,33 @@
 
 static size_t round_up(size_t x, size_t a) { return (x + a - 1) / a * a; }
 
-bool vk_runs_packed(const rssm_model *m) { return !m->replay || m->ring_len < 2; }
+bool vk_runs_packed(const rssm_kernel_params *p) { return p->ring_cap == 0; }
 
-bool vk_uses_tiles(const vk_ctx *ctx, const rssm_model *m)
+bool vk_uses_tiles(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    return !vk_runs_packed(m) && ctx->kernels != VK_KERNELS_PORTABLE;
+    return !vk_runs_packed(p) && ctx->kernels != VK_KERNELS_PORTABLE;
+}
+
+void vk_model_params(const rssm_model *m, rssm_kernel_params *p)
+{
+    rssm_slot_layout layout;
+    rssm_slot_layout_init(&layout, m);
+    rssm_kernel_params_init(p, m, &layout, 1);
 }
 
 /* One pipeline's shared memory, as decode.comp declares it (FLUSH_ONLY
  * arrays are one element in the pipeline of the rows that do not flush). */
-static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_model *m, bool flush_rows)
+static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows)
 {
-    const size_t K = m->head_k, V = m->head_v, L = m->ring_len;
+    const size_t K = p->head_k, V = p->head_v, L = p->ring_len;
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 3 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_v s_d s_o, s_red */
-    if (vk_runs_packed(m))
+    if (vk_runs_packed(p))
         return bytes;
-    const bool coopmat_flush = flush_rows && ctx->kernels == VK_KERNELS_COOPMAT && vk_uses_tiles(ctx, m);
+    const bool coopmat_flush = flush_rows && ctx->kernels == VK_KERNELS_COOPMAT && vk_uses_tiles(ctx, p);
     bytes += L * 8;                          /* s_c */
     bytes += coopmat_flush ? L * K * 4 : 16; /* s_kr4: KK_j for the tile staging */
-    if (!vk_uses_tiles(ctx, m) || !flush_rows)
+    if (!vk_uses_tiles(ctx, p) || !flush_rows)
         return bytes;
     const size_t tm = ctx->tile_m, tn = ctx->tile_n, tk = ctx->tile_k;
     const size_t pv = round_up(V, tm), pj = round_up(L, tk), pk = round_up(K, tn);
@@ -35,9 +42,9 @@ static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_model *m, bool
     return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
 }
 
-size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
+size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    size_t flush = pipeline_shared_bytes(ctx, m, true), readout = pipeline_shared_bytes(ctx, m, false);
+    size_t flush = pipeline_shared_bytes(ctx, p, true), readout = pipeline_shared_bytes(ctx, p, false);
     return flush > readout ? flush : readout;
 }
 
@@ -49,26 +56,26 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_model *m)
  * the tests cover the split through RSSM_VK_ROW_SPLIT). */
 #define VK_TARGET_WORKGROUPS 2048u
 
-uint32_t vk_row_split(const vk_ctx *ctx, const rssm_model *m, uint32_t max_rows, bool flush_rows)
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows)
 {
-    if (flush_rows && vk_uses_tiles(ctx, m))
+    if (flush_rows && vk_uses_tiles(ctx, p))
         return 1;
     const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
     if (!want && vk_cpu_device(ctx))
         return 1;
-    const uint64_t groups = (uint64_t)m->num_v_heads * max_rows;
+    const uint64_t groups = (uint64_t)p->num_v_heads * max_rows;
     uint32_t split = 1;
-    while (m->head_v % (2 * split * pass) == 0 &&
+    while (p->head_v % (2 * split * pass) == 0 &&
            (want ? 2 * split <= want : groups * split < VK_TARGET_WORKGROUPS))
         split *= 2;
     return split;
 }
 
-static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_model *m)
+static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    if (vk_runs_packed(m))
+    if (vk_runs_packed(p))
         return &vk_spirv_decode_packed;
-    if (!vk_uses_tiles(ctx, m))
+    if (!vk_uses_tiles(ctx, p))
         return &vk_spirv_decode_replay;
     switch (ctx->kernels) {
     case VK_KERNELS_COOPMAT: return &vk_spirv_decode_replay_cm;
@@ -199,25 +206,25 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
     return RSSM_OK;
 }
 
-rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, VkPipelineLayout layout, bool flush_rows,
-                               uint32_t row_split, VkPipeline *out, rssm_error *err)
+rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kernel_params *p,
+                               VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
+                               rssm_error *err)
 {
-    const rssm_model *m = &pool->model;
-    const bool packed = vk_runs_packed(m), cpu = vk_cpu_device(ctx);
-    const vk_spirv *spv = module_for(ctx, m);
+    const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
+    const vk_spirv *spv = module_for(ctx, p);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
-        [RSSM_VK_SPEC_GATE_KIND] = (uint32_t)m->gate_kind,
-        [RSSM_VK_SPEC_HEAD_K] = m->head_k,
-        [RSSM_VK_SPEC_HEAD_V] = m->head_v,
-        [RSSM_VK_SPEC_RING_LEN] = packed ? 1u : m->ring_len,
+        [RSSM_VK_SPEC_GATE_KIND] = p->gate_kind,
+        [RSSM_VK_SPEC_HEAD_K] = p->head_k,
+        [RSSM_VK_SPEC_HEAD_V] = p->head_v,
+        [RSSM_VK_SPEC_RING_LEN] = packed ? 1u : p->ring_len,
         [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
-        [RSSM_VK_SPEC_STATE_DT] = (uint32_t)m->state_dtype,
+        [RSSM_VK_SPEC_STATE_DT] = p->state_dtype,
         /* The packed module has no ring: one value, so packed models that
          * differ only in their (unused) ring dtype share a pipeline. */
-        [RSSM_VK_SPEC_RING_DT] = packed ? (uint32_t)RSSM_DTYPE_F32 : (uint32_t)m->ring_dtype,
-        [RSSM_VK_SPEC_IO_DT] = (uint32_t)m->io_dtype,
+        [RSSM_VK_SPEC_RING_DT] = packed ? RSSM_CODE_DTYPE_F32 : p->ring_dtype,
+        [RSSM_VK_SPEC_IO_DT] = p->io_dtype,
         [RSSM_VK_SPEC_TILE_M] = ctx->tile_m,
         [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
