@@ -197,7 +197,7 @@ void rssm_kernel_params_init(rssm_kernel_params *p, const rssm_model *m, const r
 
 void rssm_io_sizes_init(rssm_io_sizes *s, const rssm_kernel_params *p, uint32_t rows)
 {
-    const size_t io = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t io = rssm_dtype_size((rssm_dtype)p->io_dtype);
     const size_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
     s->q = s->k = rows * H * K * io;
     s->v = s->out = rows * HV * V * io;

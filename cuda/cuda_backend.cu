@@ -54,7 +54,7 @@ struct CudaBatch {
     uint32_t *work;           /* the bulk kernel's work counters */
     uint32_t *overflow_dev;   /* [max_rows] rssm_cuda_buffers.overflow */
     uint32_t *overflow_host;  /* [max_rows], pinned */
-    size_t row_q, row_v, row_gate, row_beta; /* bytes per row of each array, one layer */
+    rssm_io_sizes row;                       /* bytes per row of each array, one layer */
     cudaGraph_t graph;
     cudaGraphExec_t exec;
     cudaEvent_t start, stop;
@@ -279,20 +279,15 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     const rssm_kernel_params &p = b->params;
     const size_t Kg = p.gate_kind == RSSM_CODE_GATE_KDA ? p.head_k : 1;
     const size_t rows = (size_t)p.layers * p.max_rows;
-    rssm_io_sizes row;
-    rssm_io_sizes_init(&row, &p, 1);
-    b->row_q = row.q;
-    b->row_v = row.v;
-    b->row_gate = row.gate;
-    b->row_beta = row.beta;
+    rssm_io_sizes_init(&b->row, &p, 1);
     b->header_bytes = RSSM_HEADER_BYTES(p.max_rows);
 
-    CK(cudaMalloc(&b->q, rows * b->row_q));
-    CK(cudaMalloc(&b->k, rows * b->row_q));
-    CK(cudaMalloc(&b->v, rows * b->row_v));
-    CK(cudaMalloc(&b->out, rows * b->row_v));
-    CK(cudaMalloc(reinterpret_cast<void **>(&b->gate), rows * b->row_gate));
-    CK(cudaMalloc(reinterpret_cast<void **>(&b->beta), rows * b->row_beta));
+    CK(cudaMalloc(&b->q, rows * b->row.q));
+    CK(cudaMalloc(&b->k, rows * b->row.k));
+    CK(cudaMalloc(&b->v, rows * b->row.v));
+    CK(cudaMalloc(&b->out, rows * b->row.out));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->gate), rows * b->row.gate));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->beta), rows * b->row.beta));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->A_log), (size_t)p.layers * p.num_v_heads * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->dt_bias), (size_t)p.layers * p.num_v_heads * Kg * sizeof(float)));
     CK(cudaMalloc(reinterpret_cast<void **>(&b->header_dev), b->header_bytes));
@@ -304,12 +299,12 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaMallocHost(reinterpret_cast<void **>(&b->overflow_host), (size_t)p.max_rows * sizeof(uint32_t)));
     /* Defined contents everywhere: inputs never uploaded read as zeros, and
      * the gate weights start at A_log = 0, dt_bias = 0 until set. */
-    CK(cudaMemsetAsync(b->q, 0, rows * b->row_q, c->stream));
-    CK(cudaMemsetAsync(b->k, 0, rows * b->row_q, c->stream));
-    CK(cudaMemsetAsync(b->v, 0, rows * b->row_v, c->stream));
-    CK(cudaMemsetAsync(b->out, 0, rows * b->row_v, c->stream));
-    CK(cudaMemsetAsync(b->gate, 0, rows * b->row_gate, c->stream));
-    CK(cudaMemsetAsync(b->beta, 0, rows * b->row_beta, c->stream));
+    CK(cudaMemsetAsync(b->q, 0, rows * b->row.q, c->stream));
+    CK(cudaMemsetAsync(b->k, 0, rows * b->row.k, c->stream));
+    CK(cudaMemsetAsync(b->v, 0, rows * b->row.v, c->stream));
+    CK(cudaMemsetAsync(b->out, 0, rows * b->row.out, c->stream));
+    CK(cudaMemsetAsync(b->gate, 0, rows * b->row.gate, c->stream));
+    CK(cudaMemsetAsync(b->beta, 0, rows * b->row.beta, c->stream));
     CK(cudaMemsetAsync(b->A_log, 0, (size_t)p.layers * p.num_v_heads * sizeof(float), c->stream));
     CK(cudaMemsetAsync(b->dt_bias, 0, (size_t)p.layers * p.num_v_heads * Kg * sizeof(float), c->stream));
     /* A header of zero rows: the warm-up launch touches no slot. */
@@ -423,11 +418,11 @@ rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     if (rows == 0)
         return rssm_clear_error(err);
-    CK(upload_rows(c, b, b->q, in->q, b->row_q, rows));
-    CK(upload_rows(c, b, b->k, in->k, b->row_q, rows));
-    CK(upload_rows(c, b, b->v, in->v, b->row_v, rows));
-    CK(upload_rows(c, b, b->gate, in->gate, b->row_gate, rows));
-    CK(upload_rows(c, b, b->beta, in->beta, b->row_beta, rows));
+    CK(upload_rows(c, b, b->q, in->q, b->row.q, rows));
+    CK(upload_rows(c, b, b->k, in->k, b->row.k, rows));
+    CK(upload_rows(c, b, b->v, in->v, b->row.v, rows));
+    CK(upload_rows(c, b, b->gate, in->gate, b->row.gate, rows));
+    CK(upload_rows(c, b, b->beta, in->beta, b->row.beta, rows));
     CK(cudaStreamSynchronize(c->stream));
     return rssm_clear_error(err);
 }
@@ -464,7 +459,7 @@ rssm_status cuda_batch_download(void *ctx, void *batch, uint32_t rows, void *out
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     if (rows == 0)
         return rssm_clear_error(err);
-    CK(cudaMemcpy2DAsync(out, b->row_v * rows, b->out, b->row_v * b->params.max_rows, b->row_v * rows,
+    CK(cudaMemcpy2DAsync(out, b->row.out * rows, b->out, b->row.out * b->params.max_rows, b->row.out * rows,
                          b->params.layers, cudaMemcpyDeviceToHost, c->stream));
     CK(cudaStreamSynchronize(c->stream));
     return rssm_clear_error(err);
