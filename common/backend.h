@@ -117,6 +117,26 @@ typedef struct rssm_backend_ops {
      * its operands to for this model, beyond the storage dtypes. */
     rssm_dtype (*matrix_dtype)(void *ctx, const rssm_model *m);
 
+    /* Optional (all NULL: rssm_layer_* say this backend has no per-layer
+     * entry). One layer on the caller's memory (rssm_layer_run). Common
+     * code has validated the description: `shape` holds its strides (its
+     * pointers NULL) and p its kernel parameters (max_rows the layer's).
+     * layer_check says why the kernels cannot take it; layer_create makes
+     * what the launches need; layer_run checks what only it knows (pointer
+     * alignment, on the cpu backend the rows) and launches or runs `io`
+     * on `stream` (the backend's handle type, NULL for its default);
+     * layer_advance moves the cursors (rssm_layer_advance), rows and
+     * pointers checked. */
+    rssm_status (*layer_check)(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape,
+                               rssm_error *err);
+    rssm_status (*layer_create)(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, void **layer,
+                                rssm_error *err);
+    void (*layer_destroy)(void *ctx, void *layer);
+    rssm_status (*layer_run)(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err);
+    rssm_status (*layer_advance)(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
+                                 const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
+                                 rssm_error *err);
+
     /* Optional (NULL: the instance's own variant name). The variant whose
      * kernels this instance runs, for a variant that resolves to another
      * one on the device at hand ("vulkan" without cooperative matrices runs
@@ -140,5 +160,23 @@ typedef struct rssm_io_sizes {
     size_t q, k, v, gate, beta, out;
 } rssm_io_sizes;
 void rssm_io_sizes_init(rssm_io_sizes *sizes, const rssm_kernel_params *p, uint32_t rows);
+
+/* A batch's step arrays as its backend keeps them: [layers][max_rows][...]
+ * (rssm_layout.h), and the gate weights [layers][HV] and [layers][HV][G]. */
+typedef struct rssm_batch_arrays {
+    const void *q, *k, *v, *gate, *beta;
+    void *out;
+    const float *A_log, *dt_bias;
+} rssm_batch_arrays;
+
+/* Layer `layer` of a batch over rssm's own pool (`slots` slots at `pool`,
+ * the canonical slot layout `p` describes) as the one description every
+ * kernel takes: the pool's layer blocks, the layer's block of the step
+ * arrays, and the rows of the step header at `header` (the device's copy;
+ * NULL for a backend that decodes the rows on the host). This is how
+ * rssm_batch_run is built on the per-layer launches of rssm_layer_run. */
+void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint8_t *pool, uint32_t slots,
+                            const rssm_batch_arrays *a, const uint32_t *header, uint32_t *overflow,
+                            uint32_t layer);
 
 #endif /* RSSM_BACKEND_H */

@@ -60,6 +60,14 @@ struct rssm_batch {
     void *dev;
 };
 
+struct rssm_layer {
+    rssm_backend *backend;
+    rssm_layer_desc desc;
+    rssm_kernel_params params;  /* one layer; max_rows the layer's */
+    rssm_layer_io shape;        /* the strides; pointers NULL */
+    void *dev;
+};
+
 /* Ring length the scheduler works with: L, or 1 when replay is off (every
  * step then writes the state, as the packed decode does). */
 static inline uint32_t rssm_effective_ring_len(const rssm_model *m)

@@ -114,6 +114,7 @@
 #define RSSM_GLSL_F(name) float name;
 #define RSSM_KERNEL_PARAMS_GLSL RSSM_KERNEL_PARAMS_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F)
 #else
+#include <stddef.h>
 #include <stdint.h>
 
 #define RSSM_C_U(name) uint32_t name;
@@ -142,6 +143,40 @@ static_assert(sizeof(rssm_row_header) == 4 * RSSM_ROW_WORDS, "row header layout"
 #else
 _Static_assert(sizeof(rssm_row_header) == 4 * RSSM_ROW_WORDS, "row header layout");
 #endif
+
+/* --------------------------------------------- one layer's addresses
+ *
+ * What a kernel launch of one layer reads and writes, wherever the caller
+ * keeps it: rssm's own pool (the slot memory above, as the batch sets it
+ * up) or an engine's tensors (rssm_layer_run). Every kernel finds its data
+ * through this struct alone. Strides are in bytes; within one head (or one
+ * row) the arrays are contiguous in the shapes above, and a head's ring
+ * holds ring_cap or more entries.
+ *
+ * The rows: row r's slot, write_pos and force are the 32-bit words at
+ * r * row_stride in row_slot, row_write_pos and row_force (NULL: no row is
+ * forced); its step-array row is row_io[r * row_stride], or r when row_io
+ * is NULL. A slot outside 0..slots-1 (as int32: a negative index) marks a
+ * padding row: the kernels zero its output and touch no slot. The row
+ * count is *rows_dev when rows_dev is not NULL (the step header's, which
+ * the host refreshes between replays of a recorded program), else rows.
+ * The GPU kernels read the rows from device memory; the CPU backend
+ * decodes them on the host and passes them to its kernel one by one. */
+typedef struct rssm_layer_io {
+    uint8_t *ckpt, *ring_d, *ring_k, *ring_g;          /* slot 0, head 0 */
+    size_t ckpt_slot, ckpt_head;
+    size_t ring_d_slot, ring_d_head;
+    size_t ring_k_slot, ring_k_head;
+    size_t ring_g_slot, ring_g_head;
+    const uint8_t *q, *k, *v, *gate, *beta;            /* row 0 */
+    uint8_t *out;
+    size_t q_row, k_row, v_row, gate_row, beta_row, out_row;
+    const float *A_log, *dt_bias;                      /* [HV], [HV] or [HV][K] */
+    const uint32_t *row_slot, *row_write_pos, *row_force, *row_io;
+    const uint32_t *rows_dev;
+    uint32_t row_stride, rows, slots;
+    uint32_t *overflow;                                /* [rows], or NULL */
+} rssm_layer_io;
 
 #endif /* not GLSL */
 

@@ -52,6 +52,7 @@ typedef struct cpu_batch {
     void *q, *k, *v, *out;        /* [layers][max_rows][...] */
     float *gate, *beta;
     float *A_log, *dt_bias;       /* [layers][HV], [layers][HV] or [layers][HV][K] */
+    rssm_layer_io *layer_io;      /* [layers]: what the kernel reads and writes */
     rssm_row_header *header;      /* [max_rows], the rows of the current run */
     size_t *order;                /* [layers * max_rows]: (layer, row) pairs, flushing rows first */
     atomic_uint *overflow;        /* [max_rows], set by the kernels (cpu_kernels.h) */
@@ -292,6 +293,7 @@ static void cpu_batch_destroy(void *ctx, void *batch)
     free(b->beta);
     free(b->A_log);
     free(b->dt_bias);
+    free(b->layer_io);
     free(b->header);
     free(b->order);
     free((void *)b->overflow);
@@ -329,18 +331,23 @@ static rssm_status cpu_batch_create(void *ctx, void *pool, const rssm_kernel_par
     /* zero gate weights until set: defined values, never garbage */
     b->A_log = calloc(p->layers * HV, sizeof(float));
     b->dt_bias = calloc(p->layers * HV * gw, sizeof(float));
+    b->layer_io = calloc(p->layers, sizeof *b->layer_io);
     b->header = calloc(p->max_rows, sizeof *b->header);
     b->order = calloc(lr, sizeof *b->order);
     b->overflow = calloc(p->max_rows, sizeof *b->overflow);
     b->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     b->scratch = alloc_aligned(c->thread_count * b->scratch_floats * sizeof(float));
     if (!b->q || !b->k || !b->v || !b->out || !b->gate || !b->beta || !b->A_log || !b->dt_bias ||
-        !b->header || !b->order || !b->overflow || !b->scratch) {
+        !b->layer_io || !b->header || !b->order || !b->overflow || !b->scratch) {
         cpu_batch_destroy(ctx, b);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY,
                               "cpu batch: could not allocate buffers for %u rows x %u layers",
                               p->max_rows, p->layers);
     }
+    const rssm_batch_arrays arrays = {.q = b->q, .k = b->k, .v = b->v, .gate = b->gate, .beta = b->beta,
+                                      .out = b->out, .A_log = b->A_log, .dt_bias = b->dt_bias};
+    for (uint32_t l = 0; l < p->layers; l++)
+        rssm_layer_io_of_batch(&b->layer_io[l], p, b->pool->base, b->pool->slots, &arrays, NULL, NULL, l);
     *out = b;
     return rssm_clear_error(err);
 }
@@ -394,30 +401,75 @@ static rssm_status cpu_batch_upload(void *ctx, void *batch, uint32_t rows, const
     return rssm_clear_error(err);
 }
 
+/* One run of the kernel over (layer, row, value head) items, for a batch
+ * (every layer) and for one layer on the caller's memory alike. */
 typedef struct run_args {
-    cpu_batch *b;
-    rssm_cpu_step_io io;
+    const rssm_kernel_params *p;
+    const rssm_cpu_variant *variant;
+    const rssm_layer_io *io;          /* [layers] */
+    const rssm_row_header *rows;      /* [nrows], the same for every layer */
+    uint32_t nrows;
+    const size_t *order;              /* (layer, row) pairs as layer * nrows + row */
+    atomic_uint *overflow;            /* [nrows], or NULL */
+    float *scratch;                   /* one block per worker */
+    size_t scratch_floats;
     uint32_t chunk;  /* value heads per work item */
     uint32_t parts;  /* work items per (layer, row): ceil(HV / chunk) */
 } run_args;
 
 /* Item i is `chunk` consecutive value heads of the (layer, row) pair
- * b->order[i / parts]: consecutive heads are consecutive checkpoints in
+ * order[i / parts]: consecutive heads are consecutive checkpoints in
  * memory, so one worker streams through a chunk and the kernel's prefetch
  * runs ahead into the next head. */
 static void run_item(void *ctx, size_t item, unsigned worker)
 {
-    run_args *a = ctx;
-    cpu_batch *b = a->b;
-    const uint32_t HV = b->params.num_v_heads;
-    const size_t lr = b->order[item / a->parts];
-    const uint32_t row = (uint32_t)(lr % b->rows), layer = (uint32_t)(lr / b->rows);
+    const run_args *a = ctx;
+    const uint32_t HV = a->p->num_v_heads;
+    const size_t lr = a->order[item / a->parts];
+    const uint32_t row = (uint32_t)(lr % a->nrows), layer = (uint32_t)(lr / a->nrows);
     const uint32_t first = (uint32_t)(item % a->parts) * a->chunk;
     const uint32_t end = first + a->chunk < HV ? first + a->chunk : HV;
-    float *scratch = b->scratch + (size_t)worker * b->scratch_floats;
+    float *scratch = a->scratch + (size_t)worker * a->scratch_floats;
     for (uint32_t hv = first; hv < end; hv++)
-        b->ctx->variant->step(&b->params, b->pool->base, &a->io, &b->header[row], row, layer, hv,
-                              scratch);
+        a->variant->step(a->p, &a->io[layer], &a->rows[row], row, hv, a->overflow, scratch);
+}
+
+/* Fills order[] with the (layer, row) pairs of `layers` layers of the
+ * rows whose skip[row] is 0 (skip NULL: every row), flushing rows first,
+ * and returns how many. A flushing row costs several times a readout-only
+ * row (the rank-(n+1) update is compute bound). Items are handed out in
+ * order, so the flushing rows go first and the cheap ones fill in behind
+ * them: with staggered flushes (one or two rows of a batch flush at each
+ * step) a flushing row handed out last would leave the other threads idle. */
+static size_t order_rows(size_t *order, const rssm_kernel_params *p, const rssm_row_header *hdr, uint32_t rows,
+                         uint32_t layers, const uint8_t *skip)
+{
+    const size_t lrs = (size_t)layers * rows;
+    size_t at = 0;
+    for (int want_flush = 1; want_flush >= 0; want_flush--)
+        for (size_t lr = 0; lr < lrs; lr++) {
+            const rssm_row_header *h = &hdr[lr % rows];
+            const int flushes = RSSM_ROW_FLUSHES(h->write_pos, p->ring_cap, h->force);
+            if (flushes == want_flush && !(skip && skip[lr % rows]))
+                order[at++] = lr;
+        }
+    return at;
+}
+
+/* Runs the `pairs` (layer, row) pairs of a->order on the thread pool;
+ * returns the seconds it took. */
+static double run_pairs(cpu_ctx *c, run_args *a, size_t pairs)
+{
+    const rssm_kernel_params *p = a->p;
+    /* About 8 items per thread balances uneven heads (ring positions); at
+     * most one (layer, row) worth of heads per item. */
+    const size_t heads = pairs * p->num_v_heads;
+    size_t chunk = heads / ((size_t)c->thread_count * 8);
+    a->chunk = (uint32_t)(chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk));
+    a->parts = (p->num_v_heads + a->chunk - 1) / a->chunk;
+    const double t0 = rssm_now_seconds();
+    rssm_thread_pool_for(c->threads, pairs * a->parts, run_item, a);
+    return rssm_now_seconds() - t0;
 }
 
 static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
@@ -430,37 +482,14 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
      * indexes the pool with it as it is. */
     memcpy(b->header, hdr, rows * sizeof *hdr);
     b->rows = rows;
-    run_args a = {
-        .b = b,
-        .io = {.q = b->q, .k = b->k, .v = b->v, .gate = b->gate, .beta = b->beta,
-               .A_log = b->A_log, .dt_bias = b->dt_bias, .out = b->out,
-               .overflow = overflow ? b->overflow : NULL},
-    };
     for (uint32_t r = 0; overflow && r < rows; r++)
         atomic_store_explicit(&b->overflow[r], 0u, memory_order_relaxed);
-    /* A flushing row costs several times a readout-only row (the rank-(n+1)
-     * update is compute bound). Items are handed out in order, so the
-     * flushing rows go first and the cheap ones fill in behind them: with
-     * staggered flushes (one or two rows of a batch flush at each step) a
-     * flushing row handed out last would leave the other threads idle. */
-    const size_t lrs = (size_t)p->layers * rows;
-    size_t at = 0;
-    for (int want_flush = 1; want_flush >= 0; want_flush--)
-        for (size_t lr = 0; lr < lrs; lr++) {
-            const rssm_row_header *h = &hdr[lr % rows];
-            const int flushes = RSSM_ROW_FLUSHES(h->write_pos, p->ring_cap, h->force);
-            if (flushes == want_flush)
-                b->order[at++] = lr;
-        }
-    /* About 8 items per thread balances uneven heads (ring positions); at
-     * most one (layer, row) worth of heads per item. */
-    const size_t heads = (size_t)lrs * p->num_v_heads;
-    size_t chunk = heads / ((size_t)c->thread_count * 8);
-    a.chunk = (uint32_t)(chunk < 1 ? 1 : (chunk > p->num_v_heads ? p->num_v_heads : chunk));
-    a.parts = (p->num_v_heads + a.chunk - 1) / a.chunk;
-    const double t0 = rssm_now_seconds();
-    rssm_thread_pool_for(c->threads, lrs * a.parts, run_item, &a);
-    b->last_seconds = rssm_now_seconds() - t0;
+    run_args a = {
+        .p = p, .variant = c->variant, .io = b->layer_io, .rows = b->header, .nrows = rows, .order = b->order,
+        .overflow = overflow ? b->overflow : NULL, .scratch = b->scratch, .scratch_floats = b->scratch_floats,
+    };
+    const size_t pairs = order_rows(b->order, p, hdr, rows, p->layers, NULL);
+    b->last_seconds = run_pairs(c, &a, pairs);
     for (uint32_t r = 0; overflow && r < rows; r++)
         overflow[r] = atomic_load_explicit(&b->overflow[r], memory_order_relaxed);
     return rssm_clear_error(err);
@@ -600,6 +629,174 @@ static rssm_status cpu_pool_inplace_seconds(void *ctx, void *pool, size_t bytes,
     return rssm_clear_error(err);
 }
 
+/* ------------------------------------------ one layer, on the caller's memory */
+
+typedef struct cpu_layer {
+    rssm_kernel_params params;
+    uint32_t slots;
+    rssm_row_header *rows;   /* [max_rows], decoded */
+    uint8_t *pad;            /* [max_rows]: 1 for a padding row */
+    size_t *order;           /* [max_rows] */
+    atomic_uint *overflow;   /* [max_rows] */
+    /* [slots]: slot s is in the rows being checked when seen[s] == mark,
+     * which each check advances (as the pool's step checks do) */
+    uint32_t *seen;
+    uint32_t mark;
+    float *scratch;          /* one block per worker */
+    size_t scratch_floats;
+} cpu_layer;
+
+static void cpu_layer_destroy(void *ctx, void *layer)
+{
+    (void)ctx;
+    cpu_layer *l = layer;
+    if (!l)
+        return;
+    free(l->rows);
+    free(l->pad);
+    free(l->order);
+    free((void *)l->overflow);
+    free(l->seen);
+    free(l->scratch);
+    free(l);
+}
+
+/* The kernel takes every stride common code accepts; alignment is the
+ * pointers' (cpu_layer_run). */
+static rssm_status cpu_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape,
+                                   rssm_error *err)
+{
+    (void)ctx;
+    (void)p;
+    (void)shape;
+    return rssm_clear_error(err);
+}
+
+static rssm_status cpu_layer_create(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape,
+                                    void **out, rssm_error *err)
+{
+    cpu_ctx *c = ctx;
+    cpu_layer *l = calloc(1, sizeof *l);
+    if (!l)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu layer: out of host memory");
+    l->params = *p;
+    l->slots = shape->slots;
+    l->rows = calloc(p->max_rows, sizeof *l->rows);
+    l->pad = calloc(p->max_rows, 1);
+    l->order = calloc(p->max_rows, sizeof *l->order);
+    l->overflow = calloc(p->max_rows, sizeof *l->overflow);
+    l->seen = calloc(shape->slots, sizeof *l->seen);
+    l->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
+    l->scratch = alloc_aligned(c->thread_count * l->scratch_floats * sizeof(float));
+    if (!l->rows || !l->pad || !l->order || !l->overflow || !l->seen || !l->scratch) {
+        cpu_layer_destroy(ctx, l);
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu layer: out of host memory for %u rows, %u slots",
+                              p->max_rows, shape->slots);
+    }
+    *out = l;
+    return rssm_clear_error(err);
+}
+
+/* Whether pointer x is a multiple of `align` bytes (NULL passes). */
+static int aligned_to(const void *x, size_t align) { return ((uintptr_t)x % align) == 0; }
+
+/* Decodes and checks the rows of `io` (host memory): a slot named twice
+ * would make two threads write one slot, and a write_pos outside the ring
+ * would index outside it, so both are refused before anything runs. */
+static rssm_status decode_rows(cpu_layer *l, const rssm_layer_io *io, rssm_error *err)
+{
+    const rssm_kernel_params *p = &l->params;
+    if (++l->mark == 0) {
+        memset(l->seen, 0, io->slots * sizeof *l->seen);
+        l->mark = 1;
+    }
+    for (uint32_t r = 0; r < io->rows; r++) {
+        const int32_t slot = (int32_t)io->row_slot[r];
+        const int32_t wp = (int32_t)io->row_write_pos[r];
+        l->pad[r] = slot < 0 || (uint32_t)slot >= io->slots;
+        if (l->pad[r])
+            continue;
+        if (wp < 0 || (uint32_t)wp > p->ring_cap)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer: row %u: write_pos = %d is outside the ring (0..%u)", r, wp,
+                                  p->ring_cap);
+        if (l->seen[slot] == l->mark)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer: row %u: slot %d is named by an earlier row too", r, slot);
+        l->seen[slot] = l->mark;
+        l->rows[r] = (rssm_row_header){.slot = (uint32_t)slot, .write_pos = (uint32_t)wp,
+                                       .force = io->row_force && io->row_force[r] != 0u, .io = r};
+    }
+    return RSSM_OK;
+}
+
+static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+{
+    (void)stream;
+    cpu_ctx *c = ctx;
+    cpu_layer *l = layer;
+    const rssm_kernel_params *p = &l->params;
+    const size_t ssz = p->state_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t rsz = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t iosz = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const struct {
+        const void *ptr;
+        size_t align;
+        const char *name;
+    } al[] = {
+        {io->ckpt, ssz, "state"}, {io->ring_d, rsz, "ring_d"}, {io->ring_k, rsz, "ring_k"},
+        {io->ring_g, 4, "ring_g"}, {io->q, iosz, "q"}, {io->k, iosz, "k"}, {io->v, iosz, "v"},
+        {io->out, iosz, "out"}, {io->gate, 4, "gate"}, {io->beta, 4, "beta"}, {io->A_log, 4, "A_log"},
+        {io->dt_bias, 4, "dt_bias"}, {io->row_slot, 4, "slot_index"}, {io->row_write_pos, 4, "write_pos"},
+        {io->row_force, 4, "force"}, {io->overflow, 4, "overflow"},
+    };
+    for (size_t i = 0; i < sizeof al / sizeof al[0]; i++)
+        if (!aligned_to(al[i].ptr, al[i].align))
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer: %s is not aligned to its element (%zu bytes)", al[i].name,
+                                  al[i].align);
+    rssm_status st = decode_rows(l, io, err);
+    if (st != RSSM_OK)
+        return st;
+    const size_t out_bytes = (size_t)p->num_v_heads * p->head_v * iosz;
+    for (uint32_t r = 0; r < io->rows; r++) {
+        if (l->pad[r])
+            memset(io->out + r * io->out_row, 0, out_bytes);
+        atomic_store_explicit(&l->overflow[r], 0u, memory_order_relaxed);
+    }
+    run_args a = {
+        .p = p, .variant = c->variant, .io = io, .rows = l->rows, .nrows = io->rows, .order = l->order,
+        .overflow = io->overflow ? l->overflow : NULL, .scratch = l->scratch, .scratch_floats = l->scratch_floats,
+    };
+    const size_t pairs = order_rows(l->order, p, l->rows, io->rows, 1, l->pad);
+    (void)run_pairs(c, &a, pairs);
+    for (uint32_t r = 0; io->overflow && r < io->rows; r++)
+        io->overflow[r] = atomic_load_explicit(&l->overflow[r], memory_order_relaxed);
+    return rssm_clear_error(err);
+}
+
+static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
+                                     const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
+                                     rssm_error *err)
+{
+    (void)ctx;
+    (void)stream;
+    const cpu_layer *l = layer;
+    const uint32_t cap = l->params.ring_cap;
+    for (uint32_t r = 0; r < rows; r++)
+        if (slot_index[r] >= 0 && (uint32_t)slot_index[r] < l->slots && (write_pos[r] < 0 || (uint32_t)write_pos[r] > cap))
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer advance: row %u: write_pos = %d is outside the ring (0..%u)", r,
+                                  write_pos[r], cap);
+    for (uint32_t r = 0; r < rows; r++) {
+        if (slot_index[r] < 0 || (uint32_t)slot_index[r] >= l->slots)
+            continue;
+        const uint32_t n = (uint32_t)write_pos[r];
+        cursor[slot_index[r]] = RSSM_ROW_FLUSHES(n, cap, force ? (uint32_t)force[r] : 0u) ? 0 : (int32_t)n + 1;
+    }
+    return rssm_clear_error(err);
+}
+
 static const char *const cpu_variants[] = {"cpu", NULL};
 
 const rssm_backend_ops rssm_cpu_backend_ops = {
@@ -624,4 +821,9 @@ const rssm_backend_ops rssm_cpu_backend_ops = {
     .batch_time_steps = cpu_batch_time_steps,
     .copy_bandwidth = cpu_copy_bandwidth,
     .pool_inplace_seconds = cpu_pool_inplace_seconds,
+    .layer_check = cpu_layer_check,
+    .layer_create = cpu_layer_create,
+    .layer_destroy = cpu_layer_destroy,
+    .layer_run = cpu_layer_run,
+    .layer_advance = cpu_layer_advance,
 };

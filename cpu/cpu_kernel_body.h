@@ -459,9 +459,8 @@ static void l2_normalise(float *restrict x, uint32_t n)
         x[i] = x[i] / norm;
 }
 
-void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, uint8_t *pool_base, const rssm_cpu_step_io *io,
-                      const rssm_row_header *row, uint32_t row_index, uint32_t layer, uint32_t hv,
-                      float *scratch)
+void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                                  uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch)
 {
     const uint32_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
     const uint32_t group = HV / H, h = hv / group;
@@ -473,16 +472,16 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, uint8_t *pool_bas
     const int flush = RSSM_ROW_FLUSHES(n, cap, row->force);
     const size_t io_size = dtype_bytes(p->io_dtype);
     const size_t ring_size = dtype_bytes(p->ring_dtype);
-    const size_t br = (size_t)layer * p->max_rows + row->io; /* [layer][row] of the step arrays */
+    const size_t r_io = row->io; /* the row of the step arrays */
 
     scratch_map s;
     scratch_layout(p, scratch, &s);
 
-    uint8_t *lb = pool_base + (size_t)row->slot * p->slot_bytes + (size_t)layer * p->layer_bytes;
-    uint8_t *ckpt = lb + (size_t)hv * V * K * dtype_bytes(p->state_dtype);
-    uint8_t *ring_d = lb + p->ring_d_offset + (size_t)hv * cap * V * ring_size;
-    uint8_t *ring_k = lb + p->ring_k_offset + (size_t)h * cap * K * ring_size;
-    float *ring_g = (float *)(void *)(lb + p->ring_g_offset) + (size_t)hv * cap * gw;
+    const size_t slot = row->slot;
+    uint8_t *ckpt = io->ckpt + slot * io->ckpt_slot + hv * io->ckpt_head;
+    uint8_t *ring_d = io->ring_d + slot * io->ring_d_slot + hv * io->ring_d_head;
+    uint8_t *ring_k = io->ring_k + slot * io->ring_k_slot + h * io->ring_k_head;
+    float *ring_g = (float *)(void *)(io->ring_g + slot * io->ring_g_slot + hv * io->ring_g_head);
 
     /* Request this head's committed ring entries now, used after the input
      * and gate math, and those of the next value head (usually the caller's
@@ -491,17 +490,17 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, uint8_t *pool_bas
     prefetch_bytes(ring_k, (size_t)n * K * ring_size);
     prefetch_bytes(ring_g, (size_t)n * gw * sizeof(float));
     if (hv + 1 < HV) {
-        prefetch_bytes(ring_d + (size_t)cap * V * ring_size, (size_t)n * V * ring_size);
+        prefetch_bytes(ring_d + io->ring_d_head, (size_t)n * V * ring_size);
         if ((hv + 1) % group == 0)
-            prefetch_bytes(ring_k + (size_t)cap * K * ring_size, (size_t)n * K * ring_size);
-        prefetch_bytes(ring_g + (size_t)cap * gw, (size_t)n * gw * sizeof(float));
+            prefetch_bytes(ring_k + io->ring_k_head, (size_t)n * K * ring_size);
+        prefetch_bytes((const uint8_t *)ring_g + io->ring_g_head, (size_t)n * gw * sizeof(float));
     }
 
     /* 1. inputs */
     float *restrict q = s.q, *restrict k = s.k;
-    load_f32(q, (const uint8_t *)io->q + (br * H + h) * K * io_size, p->io_dtype, K);
-    load_f32(k, (const uint8_t *)io->k + (br * H + h) * K * io_size, p->io_dtype, K);
-    load_f32(s.v, (const uint8_t *)io->v + (br * HV + hv) * V * io_size, p->io_dtype, V);
+    load_f32(q, io->q + r_io * io->q_row + (size_t)h * K * io_size, p->io_dtype, K);
+    load_f32(k, io->k + r_io * io->k_row + (size_t)h * K * io_size, p->io_dtype, K);
+    load_f32(s.v, io->v + r_io * io->v_row + (size_t)hv * V * io_size, p->io_dtype, V);
     if (p->flags & RSSM_FLAG_QK_L2NORM) {
         l2_normalise(q, K);
         l2_normalise(k, K);
@@ -510,14 +509,14 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, uint8_t *pool_bas
         q[c] = q[c] * p->q_scale;
 
     /* gate: g (gw values), alpha = exp(g), beta */
-    const float *gate_in = io->gate + (br * HV + hv) * gw;
-    float beta = io->beta[br * HV + hv];
+    const float *gate_in = (const float *)(const void *)(io->gate + r_io * io->gate_row) + (size_t)hv * gw;
+    float beta = ((const float *)(const void *)(io->beta + r_io * io->beta_row))[hv];
     float *restrict g = s.g, *restrict alpha = s.alpha;
     if (p->gate_mode == RSSM_CODE_MODE_PRECOMPUTED) {
         memcpy(g, gate_in, gw * sizeof(float));
     } else {
-        const float A = expf(io->A_log[(size_t)layer * HV + hv]);
-        const float *dtb = io->dt_bias + ((size_t)layer * HV + hv) * gw;
+        const float A = expf(io->A_log[hv]);
+        const float *dtb = io->dt_bias + (size_t)hv * gw;
         for (uint32_t c = 0; c < gw; c++) {
             const float x = gate_in[c] + dtb[c];
             g[c] = p->gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x)
@@ -646,11 +645,11 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, uint8_t *pool_bas
         if (hv % group == 0)
             store_f32(ring_k + (size_t)n * K * ring_size, k, p->ring_dtype, K);
         memcpy(ring_g + (size_t)n * gw, g, gw * sizeof(float));
-        if (io->overflow &&
+        if (overflow &&
             (ring_overflows(p->ring_dtype, d, V) || (hv % group == 0 && ring_overflows(p->ring_dtype, k, K))))
-            atomic_store_explicit(&io->overflow[row_index], 1u, memory_order_relaxed);
+            atomic_store_explicit(&overflow[row_index], 1u, memory_order_relaxed);
     }
-    store_f32((uint8_t *)io->out + (br * HV + hv) * V * io_size, o, p->io_dtype, V);
+    store_f32(io->out + r_io * io->out_row + (size_t)hv * V * io_size, o, p->io_dtype, V);
 }
 
 

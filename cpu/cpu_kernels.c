@@ -94,9 +94,8 @@ const char *rssm_cpu_variant_names(void)
 #endif
 }
 
-void rssm_cpu_step_head(const rssm_kernel_params *p, uint8_t *pool_base, const rssm_cpu_step_io *io,
-                        const rssm_row_header *row, uint32_t row_index, uint32_t layer, uint32_t hv,
-                        float *scratch)
+void rssm_cpu_step_head(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                        uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch)
 {
-    rssm_cpu_variant_pick(NULL)->step(p, pool_base, io, row, row_index, layer, hv, scratch);
+    rssm_cpu_variant_pick(NULL)->step(p, io, row, row_index, hv, overflow, scratch);
 }

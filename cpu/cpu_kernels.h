@@ -9,8 +9,9 @@
  * and every step a flush, so replay with L = 1 is bit-identical to packed
  * (within one build and variant).
  *
- * All memory is in the canonical layouts of rssm_layout.h; everything constant
- * comes from rssm_kernel_params, everything per step from the row header.
+ * Memory is addressed through rssm_layer_io (rssm_layout.h): rssm's pool
+ * or a caller's tensors; everything constant comes from rssm_kernel_params,
+ * everything per step from the row.
  * Results are deterministic for a build and variant, whatever the thread
  * count; variants differ in the last bits (FMA where the target has it, sums
  * shaped by the vector width), each within the oracle tolerances.
@@ -25,35 +26,21 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The batch's device-side step arrays, all layers, in the layout of
- * rssm_layout.h ([layers][max_rows][...]). A_log and dt_bias are read only
- * in the RAW gate modes. */
-typedef struct rssm_cpu_step_io {
-    const void *q;         /* [layers][max_rows][H][K] io dtype */
-    const void *k;         /* [layers][max_rows][H][K] io dtype */
-    const void *v;         /* [layers][max_rows][HV][V] io dtype */
-    const float *gate;     /* [layers][max_rows][HV] or [..][HV][K] */
-    const float *beta;     /* [layers][max_rows][HV] */
-    const float *A_log;    /* [layers][HV] */
-    const float *dt_bias;  /* [layers][HV] or [layers][HV][K] */
-    void *out;             /* [layers][max_rows][HV][V] io dtype */
-    atomic_uint *overflow; /* [rows of the header], or NULL: set to 1 for a row
-                              whose ring append overflowed (docs/design.md §2) */
-} rssm_cpu_step_io;
-
 /* Floats of scratch one concurrent caller of rssm_cpu_step_head needs; each
  * thread passes its own block, 64-byte aligned. */
 size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p);
 
-/* Advances header row `row_index` (header `row`, whose inputs and outputs are
- * row row->io of the step arrays) of layer `layer`, value head
- * `hv`. Preconditions, checked by the caller: row->slot is inside the pool,
- * row->write_pos <= p->ring_cap (0 without replay). Calls for distinct
- * (row, hv) of one step may run concurrently: they write disjoint memory and
- * read no ring entry another call writes. */
-typedef void rssm_cpu_step_fn(const rssm_kernel_params *p, uint8_t *pool_base,
-                              const rssm_cpu_step_io *io, const rssm_row_header *row,
-                              uint32_t row_index, uint32_t layer, uint32_t hv, float *scratch);
+/* Advances row `row_index` of a launch (decoded: `row`, whose inputs and
+ * outputs are row row->io of the step arrays) of the layer `io` addresses,
+ * value head `hv`. Preconditions, checked by the caller: row->slot is a
+ * slot of io (not padding), row->write_pos <= p->ring_cap (0 without
+ * replay). `overflow`, when not NULL, is the launch's [rows] flags
+ * (rssm_layer_io.overflow; atomic here, as the heads of one row run on
+ * several threads). Calls for distinct (row, hv) of one launch may run
+ * concurrently: they write disjoint memory and read no ring entry another
+ * call writes. */
+typedef void rssm_cpu_step_fn(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                              uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch);
 
 /* The step with the best variant this CPU runs (see below). */
 rssm_cpu_step_fn rssm_cpu_step_head;

@@ -89,7 +89,8 @@ constexpr int kCoDBytes = 8192, kCoVBytes = 1024;
 constexpr int kCoBytes = kCoFloats * 4 + kCoDBytes + kCoVBytes;
 static_assert(kCoBytes % 16 == 0, "16-byte aligned buffers");
 
-/* What the producer tells the consumers about a stage. */
+/* What the producer tells the consumers about a stage; flush is a
+ * row_meta_flag. */
 struct StageMeta {
     uint32_t slot, n, flush, unit;
 };
@@ -113,7 +114,6 @@ constexpr size_t kSmemBytes = kSmemStages + kSmemCoef + kSmemMeta + kSmemBars + 
 struct BArgs {
     rssm_kernel_params p;
     rssm_cuda_buffers b;
-    uint32_t layer;
 };
 
 /* ------------------------------------------- mbarriers and bulk copies */
@@ -173,15 +173,9 @@ __device__ __forceinline__ uint64_t evict_first_policy()
     return policy;
 }
 
-/* The row header of batch row r, decoded on the device. */
-__device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const uint32_t *header, uint32_t r)
+__device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const rssm_layer_io &io)
 {
-    return row_decode(p, row_words(header, r));
-}
-
-__device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const uint32_t *header)
-{
-    return min(header[RSSM_HEADER_ROWS], p.max_rows) * p.num_v_heads;
+    return launch_rows(p, io) * p.num_v_heads;
 }
 
 /* ---------------------------------------------------------- the roles */
@@ -285,22 +279,21 @@ __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMe
     uint32_t u = sch.uq[0];
     RowStep st{};
     if (u != kNoUnit)
-        st = row_step(p, a.b.header, u / HV);
+        st = row_step(p, a.b.io, u / HV);
     uint32_t it = 0;
     for (uint32_t ui = 0; u != kNoUnit; ++ui) {
         sch.publish_to(ui + kLead);
         const uint32_t u_next = sch.uq[(ui + 1) % kUq];
         RowStep st_next{};
         if (u_next != kNoUnit)
-            st_next = row_step(p, a.b.header, u_next / HV);
+            st_next = row_step(p, a.b.io, u_next / HV);
         const uint32_t hv = u % HV;
-        const uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-        const uint8_t *C = lb + (size_t)hv * V * K * Gm::SB;
+        const uint8_t *C = at_slot(a.b.io.ckpt, a.b.io.ckpt_slot, a.b.io.ckpt_head, st.slot, hv);
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
             const uint32_t s = it % kStages;
             if (it >= (uint32_t)kStages)
                 bar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
-            meta[s] = StageMeta{st.slot, RING ? st.n : 0u, st.flush ? 1u : 0u, u};
+            meta[s] = StageMeta{st.slot, RING ? st.n : 0u, row_meta_flag(st), u};
             bar_arrive_tx(&full[s], tile_bytes);
             bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);
         }
@@ -357,28 +350,26 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
 {
     using RRaw = typename Raw<RT>::T;
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t lane = threadIdx.x & 31u, c0 = 4u * lane;
     const uint32_t r = u / HV, hv = u % HV, h = hv / (HV / H);
-    const RowStep st = row_step(p, a.b.header, r);
+    const rssm_layer_io &L = a.b.io;
+    const RowStep st = row_step(p, L, r);
     const uint32_t n = RING ? st.n : 0u;
     constexpr bool kda = KDA;
     const uint32_t Kg = kda ? K : 1u;
     const bool mine = c0 < K;
-    uint8_t *lb = a.b.pool + (size_t)st.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-    RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
-    float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+    RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, st.slot, h));
+    float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, st.slot, hv));
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    const size_t io_row = (size_t)a.layer * p.max_rows + st.io;
     if (lane == 0) {
         const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * (io_bf16 ? 2u : 4u);
         const uint64_t policy = evict_first_policy();
         uint8_t *dst = reinterpret_cast<uint8_t *>(co + kCoFloats);
         bar_expect_tx(bar, d_bytes + v_bytes);
         if (d_bytes)
-            bulk_load(dst, lb + p.ring_d_offset + (size_t)hv * cap * p.head_v * sizeof(RRaw), d_bytes, bar, policy);
-        bulk_load(dst + kCoDBytes, static_cast<const uint8_t *>(a.b.v) + (io_row * HV + hv) * v_bytes, v_bytes, bar,
-                  policy);
+            bulk_load(dst, at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, st.slot, hv), d_bytes, bar, policy);
+        bulk_load(dst + kCoDBytes, L.v + st.io * L.v_row + (size_t)hv * v_bytes, v_bytes, bar, policy);
     }
 
     /* All of the ring's loads first, so they are in flight together: one
@@ -446,11 +437,11 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
         *reinterpret_cast<float4 *>(co + kCoAK + c0) = make_float4(ag[0] * k[0], ag[1] * k[1], ag[2] * k[2], ag[3] * k[3]);
         *reinterpret_cast<float4 *>(co + kCoAG + c0) = make_float4(ag[0], ag[1], ag[2], ag[3]);
         *reinterpret_cast<float4 *>(co + kCoKV + c0) = make_float4(k[0], k[1], k[2], k[3]);
-        if (RING && !st.flush) {
+        if (RING && !st.flush && !st.pad) {
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 if (hv % (HV / H) == 0)
-                    ring_k[(size_t)n * K + c0 + i] = to_ring<RT>(k[i], a.b.overflow, r);
+                    ring_k[(size_t)n * K + c0 + i] = to_ring<RT>(k[i], L.overflow, r);
                 if (kda || c0 + i == 0)
                     ring_g[(size_t)n * Kg + (kda ? c0 + i : 0u)] = g[i];
             }
@@ -515,11 +506,12 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     using RRaw = typename Raw<RT>::T;
     constexpr int R = Gm::RW;
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
     const uint32_t warp = (threadIdx.x >> 5) % Gm::GROUP_WARPS, lane = threadIdx.x & 31u, c0 = 4u * lane;
     const uint32_t row0 = warp * R, v0 = chunk * Gm::RC + row0;
     const uint32_t r = m.unit / HV, hv = m.unit % HV, n = m.n;
-    const bool flush = m.flush != 0u, mine = c0 < K;
+    const bool flush = m.flush == kMetaFlush, pad = m.flush == kMetaPad, mine = c0 < K;
+    const rssm_layer_io &L = a.b.io;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
@@ -565,14 +557,12 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     const float v_in = io_bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(vin)[v0 + my_row])
                                : reinterpret_cast<const float *>(vin)[v0 + my_row];
     const float d_mine = co[kCoMisc] * (v_in - sk);
-    uint8_t *lb = a.b.pool + (size_t)m.slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
     if (lane % LPR == 0u) {
-        const size_t out_at =
-            (((size_t)a.layer * p.max_rows + __float_as_uint(co[kCoMisc + 3])) * HV + hv) * V + v0 + my_row;
-        store_io(a.b.out, out_at, io_bf16, sq + d_mine * co[kCoMisc + 1]);
-        if (RING && !flush) {
-            RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
-            ring_d[(size_t)n * V + v0 + my_row] = to_ring<RT>(d_mine, a.b.overflow, r);
+        void *out_row = L.out + (size_t)__float_as_uint(co[kCoMisc + 3]) * L.out_row;
+        store_io(out_row, (size_t)hv * V + v0 + my_row, io_bf16, pad ? 0.0f : sq + d_mine * co[kCoMisc + 1]);
+        if (RING && !flush && !pad) {
+            RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, m.slot, hv));
+            ring_d[(size_t)n * V + v0 + my_row] = to_ring<RT>(d_mine, L.overflow, r);
         }
     }
     if (!flush)
@@ -612,7 +602,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
             }
         }
     }
-    uint8_t *C = lb + ((size_t)hv * V + v0) * K * Gm::SB;
+    uint8_t *C = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
 #pragma unroll
     for (int i = 0; i < R; ++i)
         __stcs(reinterpret_cast<SVec *>(C + ((size_t)i * K + c0) * Gm::SB), SV::pack(x[i]));
@@ -654,7 +644,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     constexpr int kCoef = kCoefWarps;
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
-            Schedule sch{uq, ufull, a.b.work, active_units(a.p, a.b.header), 0u, 0u, (uint32_t)kCoef, kNoUnit};
+            Schedule sch{uq, ufull, a.b.work, active_units(a.p, a.b.io), 0u, 0u, (uint32_t)kCoef, kNoUnit};
             produce<ST, RT, RING>(a, stages, meta, full, empty, sch);
         }
         return;
@@ -765,7 +755,7 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
 }
 
 extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                             const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream)
+                                             const rssm_cuda_plan *plan, cudaStream_t stream)
 {
     if (plan->grid == 0)
         return cudaErrorInvalidConfiguration;
@@ -774,7 +764,6 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
     BArgs a;
     a.p = *p;
     a.b = *b;
-    a.layer = layer;
     bulk_fn(p)<<<plan->grid, kThreads, kSmemBytes, stream>>>(a);
     return cudaGetLastError();
 }

@@ -44,7 +44,6 @@ struct CudaBatch {
     CudaPool *pool;
     rssm_kernel_params params;
     rssm_cuda_plan plan;
-    rssm_cuda_buffers buf;
     uint32_t *header_dev;
     uint32_t *header_host;    /* pinned */
     size_t header_bytes;
@@ -52,7 +51,7 @@ struct CudaBatch {
     float *gate, *beta, *A_log, *dt_bias;
     float *scratch;           /* the stream kernel's coefficients, or NULL */
     uint32_t *work;           /* the bulk kernel's work counters */
-    uint32_t *overflow_dev;   /* [max_rows] rssm_cuda_buffers.overflow */
+    uint32_t *overflow_dev;   /* [max_rows] rssm_layer_io.overflow */
     uint32_t *overflow_host;  /* [max_rows], pinned */
     rssm_io_sizes row;                       /* bytes per row of each array, one layer */
     cudaGraph_t graph;
@@ -272,6 +271,20 @@ void batch_free(CudaBatch *b)
     free(b);
 }
 
+/* What layer l's launch works on, its rows those of the step header at
+ * `header` (device memory): the batch's launches are those of
+ * rssm_layer_run, on rssm's pool. */
+rssm_cuda_buffers batch_buffers(const CudaBatch *b, uint32_t l, const uint32_t *header)
+{
+    const rssm_batch_arrays arrays = {b->q, b->k, b->v, b->gate, b->beta, b->out, b->A_log, b->dt_bias};
+    rssm_cuda_buffers buf;
+    memset(&buf, 0, sizeof buf);
+    rssm_layer_io_of_batch(&buf.io, &b->params, b->pool->mem, b->pool->slots, &arrays, header, b->overflow_dev, l);
+    buf.scratch = b->scratch;
+    buf.work = b->work;
+    return buf;
+}
+
 /* Everything of batch_create that can fail, on a zeroed record; the caller
  * frees the record on failure. */
 rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
@@ -313,19 +326,6 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaEventCreate(&b->start));
     CK(cudaEventCreate(&b->stop));
 
-    b->buf.pool = b->pool->mem;
-    b->buf.header = b->header_dev;
-    b->buf.q = b->q;
-    b->buf.k = b->k;
-    b->buf.v = b->v;
-    b->buf.gate = b->gate;
-    b->buf.beta = b->beta;
-    b->buf.A_log = b->A_log;
-    b->buf.dt_bias = b->dt_bias;
-    b->buf.out = b->out;
-    b->buf.work = b->work;
-    b->buf.overflow = b->overflow_dev;
-
     rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
     if (c->kernel >= 0) {
         const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
@@ -335,19 +335,21 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     }
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
     const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
-    if (scratch) {
+    if (scratch)
         CK(cudaMalloc(reinterpret_cast<void **>(&b->scratch), scratch));
-        b->buf.scratch = b->scratch;
-    }
     /* Warm-up outside capture: loads the module, checks the launch shape. */
-    for (uint32_t l = 0; l < p.layers; ++l)
-        CK(rssm_cuda_launch_layer(&p, &b->buf, &b->plan, l, c->stream));
+    for (uint32_t l = 0; l < p.layers; ++l) {
+        const rssm_cuda_buffers buf = batch_buffers(b, l, b->header_dev);
+        CK(rssm_cuda_launch_layer(&p, &buf, &b->plan, c->stream));
+    }
     CK(cudaStreamSynchronize(c->stream));
 
     CK(cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal));
     cudaError_t e = cudaSuccess;
-    for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l)
-        e = rssm_cuda_launch_layer(&p, &b->buf, &b->plan, l, c->stream);
+    for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l) {
+        const rssm_cuda_buffers buf = batch_buffers(b, l, b->header_dev);
+        e = rssm_cuda_launch_layer(&p, &buf, &b->plan, c->stream);
+    }
     const cudaError_t end = cudaStreamEndCapture(c->stream, &b->graph);
     if (e != cudaSuccess)
         return cuda_fail(err, e, "recording the step graph");
@@ -543,11 +545,12 @@ rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_
     if (e == cudaSuccess)
         e = cudaStreamBeginCapture(c->stream, cudaStreamCaptureModeThreadLocal);
     if (e == cudaSuccess) {
-        rssm_cuda_buffers buf = b->buf;
         for (uint32_t s = 0; s < steps && e == cudaSuccess; ++s) {
-            buf.header = reinterpret_cast<const uint32_t *>(dev + s * stride);
-            for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l)
-                e = rssm_cuda_launch_layer(&p, &buf, &b->plan, l, c->stream);
+            const uint32_t *header = reinterpret_cast<const uint32_t *>(dev + s * stride);
+            for (uint32_t l = 0; l < p.layers && e == cudaSuccess; ++l) {
+                const rssm_cuda_buffers buf = batch_buffers(b, l, header);
+                e = rssm_cuda_launch_layer(&p, &buf, &b->plan, c->stream);
+            }
         }
         const cudaError_t end = cudaStreamEndCapture(c->stream, &graph);
         if (e == cudaSuccess)
@@ -615,6 +618,177 @@ rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error
     return rssm_clear_error(err);
 }
 
+/* ------------------------------------------ one layer, on the caller's memory */
+
+struct CudaLayer {
+    int device;
+    uint32_t slots;
+    rssm_kernel_params params;
+    rssm_cuda_plan plan;
+    float *scratch;
+    uint32_t *work;
+};
+
+/* Every kernel moves a head's rows (of the state, the rings' d and k, q, k,
+ * v and out, and a KDA ring's gates) as 16-byte vectors or bulk copies,
+ * so their strides and pointers must be multiples of 16 bytes; the
+ * gates, beta and a GDN ring's one gate per entry are read as floats. */
+const char *misaligned_stride(const rssm_kernel_params *p, const rssm_layer_io *io)
+{
+    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    const struct {
+        size_t bytes, align;
+        const char *name;
+    } st[] = {
+        {io->ckpt_slot, 16, "state slot stride"},   {io->ckpt_head, 16, "state head stride"},
+        {io->ring_d_slot, 16, "ring_d slot stride"}, {io->ring_d_head, 16, "ring_d head stride"},
+        {io->ring_k_slot, 16, "ring_k slot stride"}, {io->ring_k_head, 16, "ring_k head stride"},
+        {io->ring_g_slot, kda ? 16u : 4u, "ring_g slot stride"},
+        {io->ring_g_head, kda ? 16u : 4u, "ring_g head stride"},
+        {io->q_row, 16, "q row stride"}, {io->k_row, 16, "k row stride"}, {io->v_row, 16, "v row stride"},
+        {io->out_row, 16, "out row stride"},
+    };
+    for (const auto &x : st)
+        if (x.bytes % x.align != 0)
+            return x.name;
+    return NULL;
+}
+
+const char *misaligned_pointer(const rssm_kernel_params *p, const rssm_layer_io *io)
+{
+    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    const struct {
+        const void *ptr;
+        uintptr_t align;
+        const char *name;
+    } pt[] = {
+        {io->ckpt, 16, "state"}, {io->ring_d, 16, "ring_d"}, {io->ring_k, 16, "ring_k"},
+        {io->ring_g, kda ? 16u : 4u, "ring_g"}, {io->q, 16, "q"}, {io->k, 16, "k"}, {io->v, 16, "v"},
+        {io->out, 16, "out"}, {io->gate, 4, "gate"}, {io->beta, 4, "beta"}, {io->A_log, 4, "A_log"},
+        {io->dt_bias, 4, "dt_bias"}, {io->row_slot, 4, "slot_index"}, {io->row_write_pos, 4, "write_pos"},
+        {io->row_force, 4, "force"}, {io->overflow, 4, "overflow"},
+    };
+    for (const auto &x : pt)
+        if (reinterpret_cast<uintptr_t>(x.ptr) % x.align != 0)
+            return x.name;
+    return NULL;
+}
+
+rssm_status cuda_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, rssm_error *err)
+{
+    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
+    const char *why = kernel_refusal(c->kernel, p, c->prop.sharedMemPerBlockOptin);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
+    if ((why = misaligned_stride(p, shape)) != NULL)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "%s: the %s is not a multiple of 16 bytes (4 for a GDN ring's gates): the kernels "
+                              "move a head's rows as 16-byte vectors",
+                              c->variant, why);
+    return rssm_clear_error(err);
+}
+
+/* Runs `body` with the context's device current, and the caller's after. */
+template <typename F> cudaError_t on_device(int device, F body)
+{
+    int prev = -1;
+    cudaError_t e = cudaGetDevice(&prev);
+    if (e == cudaSuccess && prev != device)
+        e = cudaSetDevice(device);
+    if (e == cudaSuccess)
+        e = body();
+    if (prev >= 0 && prev != device) {
+        const cudaError_t back = cudaSetDevice(prev);
+        if (e == cudaSuccess)
+            e = back;
+    }
+    return e;
+}
+
+void cuda_layer_destroy(void *ctx, void *layer)
+{
+    (void)ctx;
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    if (!l)
+        return;
+    (void)on_device(l->device, [&] {
+        cudaFree(l->scratch);
+        cudaFree(l->work);
+        return cudaSuccess;
+    });
+    free(l);
+}
+
+rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, void **out,
+                              rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaLayer *l = static_cast<CudaLayer *>(calloc(1, sizeof *l));
+    if (!l)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the layer record");
+    l->device = c->device;
+    l->slots = shape->slots;
+    l->params = *p;
+    rssm_cuda_plan_init(&l->plan, p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
+    if (c->kernel >= 0)
+        l->plan.kernel = (uint32_t)c->kernel;
+    /* Everything a launch needs is made here, outside any capture: the
+     * kernel's shared-memory limit, its scratch, the zeroed work counters. */
+    const cudaError_t e = on_device(c->device, [&] {
+        cudaError_t r = rssm_cuda_plan_prepare(&l->plan, p);
+        const size_t scratch = r == cudaSuccess ? rssm_cuda_scratch_bytes(p, &l->plan) : 0;
+        if (r == cudaSuccess && scratch)
+            r = cudaMalloc(reinterpret_cast<void **>(&l->scratch), scratch);
+        if (r == cudaSuccess)
+            r = cudaMalloc(reinterpret_cast<void **>(&l->work), RSSM_CUDA_WORK_BYTES);
+        if (r == cudaSuccess)
+            r = cudaMemset(l->work, 0, RSSM_CUDA_WORK_BYTES);
+        return r;
+    });
+    if (e != cudaSuccess) {
+        cuda_layer_destroy(ctx, l);
+        return cuda_fail(err, e, "preparing the layer's kernel");
+    }
+    *out = l;
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+{
+    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    const char *why = misaligned_pointer(&l->params, io);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned (4 for the gates, "
+                              "beta, the gate weights and the row arrays)", c->variant, why);
+    rssm_cuda_buffers buf;
+    memset(&buf, 0, sizeof buf);
+    buf.io = *io;
+    buf.scratch = l->scratch;
+    buf.work = l->work;
+    const cudaError_t e = on_device(l->device, [&] {
+        return rssm_cuda_launch_layer(&l->params, &buf, &l->plan, static_cast<cudaStream_t>(stream));
+    });
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "launching the layer");
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
+                               const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
+                               rssm_error *err)
+{
+    (void)ctx;
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    const cudaError_t e = on_device(l->device, [&] {
+        return rssm_cuda_advance(&l->params, rows, l->slots, slot_index, write_pos, force, cursor,
+                                 static_cast<cudaStream_t>(stream));
+    });
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "launching the cursor advance");
+    return rssm_clear_error(err);
+}
+
 } /* namespace */
 
 extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
@@ -643,5 +817,10 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
      * halves (16-bit rings) or runs on FFMA (fp32 rings), so it rounds
      * nothing beyond the storage dtypes: fp32, the default. */
     nullptr,
+    cuda_layer_check,
+    cuda_layer_create,
+    cuda_layer_destroy,
+    cuda_layer_run,
+    cuda_layer_advance,
     nullptr, /* kernels: every variant name runs its own kernels */
 };

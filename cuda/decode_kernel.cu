@@ -194,7 +194,6 @@ struct KArgs {
     rssm_kernel_params p;
     rssm_cuda_buffers b;
     Smem sm;
-    uint32_t layer;
     uint32_t chunks;
 };
 
@@ -216,7 +215,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
      * which folds the bounds checks and most of the address arithmetic. */
     const uint32_t K = FIX ? 128u : p.head_k, V = FIX ? 128u : p.head_v;
     const uint32_t H = p.num_qk_heads, HV = p.num_v_heads;
-    const uint32_t group = HV / H, cap = p.ring_cap, chunks = a.chunks;
+    const uint32_t group = HV / H, chunks = a.chunks;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
@@ -228,9 +227,9 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     const Smem &L = a.sm;
     const uint32_t S = L.stages;
 
-    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
+    const rssm_layer_io &IO = a.b.io;
     const uint32_t per_row = HV * chunks;
-    const uint32_t T = min(rows, p.max_rows) * per_row;
+    const uint32_t T = launch_rows(p, IO) * per_row;
 
     float *kF = reinterpret_cast<float *>(smem + L.kF);
     float *qv = reinterpret_cast<float *>(smem + L.qv);
@@ -246,19 +245,17 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     auto issue = [&](uint32_t t, uint32_t s, uint4 hr) {
         const uint32_t rem = t % per_row, hv = rem / chunks, chunk = rem % chunks;
         const uint32_t h = hv / group;
-        const RowStep row = row_decode(p, hr);
+        const RowStep row = row_decode(p, IO, hr);
         const uint32_t slot = row.slot, n = row.n;
-        const bool flush = row.flush;
         uint8_t *st = smem + (size_t)s * L.stage_bytes;
         if (tid == 0) {
             uint32_t *meta = reinterpret_cast<uint32_t *>(st + L.sMeta);
             meta[0] = slot;
             meta[1] = n;
-            meta[2] = flush ? 1u : 0u;
+            meta[2] = row_meta_flag(row);
             meta[3] = row.io;
         }
-        const uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-        const SRaw *C = reinterpret_cast<const SRaw *>(lb) + (size_t)hv * V * K;
+        const SRaw *C = reinterpret_cast<const SRaw *>(at_slot(IO.ckpt, IO.ckpt_slot, IO.ckpt_head, slot, hv));
         const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
 #pragma unroll
         for (int G = 0; G < NG; ++G) {
@@ -277,19 +274,19 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             }
         }
         if (n > 0) {
-            copy_async(st + L.sK, lb + p.ring_k_offset + (size_t)h * cap * K * rsz, n * K * (uint32_t)rsz, tid, nthr);
-            copy_async(st + L.sD, lb + p.ring_d_offset + (size_t)hv * cap * V * rsz, n * V * (uint32_t)rsz, tid, nthr);
-            copy_async(st + L.sG, lb + p.ring_g_offset + (size_t)hv * cap * Kg * 4, n * Kg * 4u, tid, nthr);
+            copy_async(st + L.sK, at_slot(IO.ring_k, IO.ring_k_slot, IO.ring_k_head, slot, h), n * K * (uint32_t)rsz,
+                       tid, nthr);
+            copy_async(st + L.sD, at_slot(IO.ring_d, IO.ring_d_slot, IO.ring_d_head, slot, hv), n * V * (uint32_t)rsz,
+                       tid, nthr);
+            copy_async(st + L.sG, at_slot(IO.ring_g, IO.ring_g_slot, IO.ring_g_head, slot, hv), n * Kg * 4u, tid, nthr);
         }
-        const size_t io_row = (size_t)a.layer * p.max_rows + row.io;
-        const uint8_t *qb = static_cast<const uint8_t *>(a.b.q), *kb = static_cast<const uint8_t *>(a.b.k);
-        const uint8_t *vb = static_cast<const uint8_t *>(a.b.v);
-        copy_async(st + L.sQ, qb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
-        copy_async(st + L.sKi, kb + ((io_row * H + h) * K) * io, K * (uint32_t)io, tid, nthr);
-        copy_async(st + L.sV, vb + ((io_row * HV + hv) * V) * io, V * (uint32_t)io, tid, nthr);
-        copy_async(st + L.sGate, a.b.gate + (io_row * HV + hv) * Kg, Kg * 4u, tid, nthr);
+        const size_t io_row = row.io;
+        copy_async(st + L.sQ, IO.q + io_row * IO.q_row + (size_t)h * K * io, K * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sKi, IO.k + io_row * IO.k_row + (size_t)h * K * io, K * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sV, IO.v + io_row * IO.v_row + (size_t)hv * V * io, V * (uint32_t)io, tid, nthr);
+        copy_async(st + L.sGate, IO.gate + io_row * IO.gate_row + (size_t)hv * Kg * 4u, Kg * 4u, tid, nthr);
         if (tid == nthr - 1)
-            cp_async4(st + L.sBeta, a.b.beta + io_row * HV + hv);
+            cp_async4(st + L.sBeta, IO.beta + io_row * IO.beta_row + (size_t)hv * 4u);
     };
 
     /* Computes item t from stage s. */
@@ -299,16 +296,15 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         const uint8_t *st = smem + (size_t)s * L.stage_bytes;
         const uint32_t *meta = reinterpret_cast<const uint32_t *>(st + L.sMeta);
         const uint32_t slot = meta[0], n = meta[1];
-        const bool flush = meta[2] != 0u;
-        uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-        SRaw *C = reinterpret_cast<SRaw *>(lb) + (size_t)hv * V * K;
-        RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
-        RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
-        float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+        const bool flush = meta[2] == kMetaFlush, pad = meta[2] == kMetaPad;
+        SRaw *C = reinterpret_cast<SRaw *>(at_slot(IO.ckpt, IO.ckpt_slot, IO.ckpt_head, slot, hv));
+        RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(IO.ring_d, IO.ring_d_slot, IO.ring_d_head, slot, hv));
+        RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(IO.ring_k, IO.ring_k_slot, IO.ring_k_head, slot, h));
+        float *ring_g = reinterpret_cast<float *>(at_slot(IO.ring_g, IO.ring_g_slot, IO.ring_g_head, slot, hv));
         const RRaw *sD = reinterpret_cast<const RRaw *>(st + L.sD);
         const RRaw *sK = reinterpret_cast<const RRaw *>(st + L.sK);
         const float *sG = reinterpret_cast<const float *>(st + L.sG);
-        const size_t io_row = (size_t)a.layer * p.max_rows + meta[3];
+        void *out_row = IO.out + (size_t)meta[3] * IO.out_row;
         const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
         const bool has_tile = tile_row < V;
 
@@ -319,7 +315,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
          * gamma_j, Gamma, kg_j = k_j gamma_j alpha, alpha Gamma x. */
         {
             const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-            const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
+            const float A = raw ? expf(__ldg(IO.A_log + hv)) : 0.0f;
             const float *sGate = reinterpret_cast<const float *>(st + L.sGate);
             float qx[4], kx[4], sq = 0.0f, sk = 0.0f;
 #pragma unroll
@@ -350,8 +346,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
 #pragma unroll
             for (int o = 16; o > 0; o >>= 1)
                 kq += __shfl_xor_sync(0xffffffffu, kq, o);
-            const bool append_k = !flush && chunk == 0 && hv % group == 0;
-            const bool append_g = !flush && chunk == 0;
+            const bool append_k = !flush && !pad && chunk == 0 && hv % group == 0;
+            const bool append_g = !flush && !pad && chunk == 0;
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const uint32_t c = (uint32_t)lane + 32u * i;
@@ -360,7 +356,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 const uint32_t cg = kda ? c : 0u;
                 float gv = sGate[cg];
                 if (raw) {
-                    const float dt = __ldg(a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg + cg);
+                    const float dt = __ldg(IO.dt_bias + (size_t)hv * Kg + cg);
                     gv = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(gv + dt)
                                                            : p.gate_lower_bound * sigmoid(A * (gv + dt));
                 }
@@ -368,7 +364,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 if (append_g && (kda || c == 0))
                     ring_g[(size_t)n * Kg + cg] = gv;
                 if (append_k)
-                    ring_k[(size_t)n * K + c] = to_ring<RT>(kx[i], a.b.overflow, r);
+                    ring_k[(size_t)n * K + c] = to_ring<RT>(kx[i], IO.overflow, r);
                 float sacc = 0.0f;
                 for (int j = (int)n - 1; j >= 0; --j) {
                     kF[(size_t)j * K + c] = to_f<RT>(sK[(size_t)j * K + c]) * (expf(sacc) * alpha);
@@ -473,9 +469,9 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
             const float vin = v < V ? load_io(st + L.sV, v, io_bf16) : 0.0f;
             d[hf] = beta * (vin - pk[hf]);
             if (t4 == 0 && v < V) {
-                store_io(a.b.out, (io_row * HV + hv) * V + v, io_bf16, pq[hf] + d[hf] * kq);
-                if (!flush)
-                    ring_d[(size_t)n * V + v] = to_ring<RT>(d[hf], a.b.overflow, r);
+                store_io(out_row, (size_t)hv * V + v, io_bf16, pad ? 0.0f : pq[hf] + d[hf] * kq);
+                if (!flush && !pad)
+                    ring_d[(size_t)n * V + v] = to_ring<RT>(d[hf], IO.overflow, r);
             }
         }
         if (!flush)
@@ -579,12 +575,12 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     for (uint32_t k = 0; k + 1u < S; ++k) {
         const uint32_t t = b + k * Gs;
         if (t < T)
-            issue(t, k, row_words(a.b.header, t / per_row));
+            issue(t, k, row_words(IO, t / per_row));
         cp_commit();
     }
     uint4 nh = make_uint4(0, 0, 0, 0);
     if (b + (S - 1u) * Gs < T)
-        nh = row_words(a.b.header, (b + (S - 1u) * Gs) / per_row);
+        nh = row_words(IO, (b + (S - 1u) * Gs) / per_row);
     for (uint32_t k = 0;; ++k) {
         const uint32_t t = b + k * Gs;
         if (t >= T)
@@ -596,7 +592,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         cp_commit();
         const uint32_t t2 = b + (k + S) * Gs;
         if (t2 < T)
-            nh = row_words(a.b.header, t2 / per_row);
+            nh = row_words(IO, t2 / per_row);
         cp_wait(S - 1u);
         __syncthreads();
         compute(t, k % S);
@@ -736,18 +732,16 @@ extern "C" cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_k
 }
 
 extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                              const rssm_cuda_plan *plan, uint32_t layer,
-                                              cudaStream_t stream)
+                                              const rssm_cuda_plan *plan, cudaStream_t stream)
 {
     if (plan->kernel == RSSM_CUDA_KERNEL_STREAM)
-        return rssm_cuda_stream_launch(p, b, plan, layer, stream);
+        return rssm_cuda_stream_launch(p, b, plan, stream);
     if (plan->kernel == RSSM_CUDA_KERNEL_BULK)
-        return rssm_cuda_bulk_launch(p, b, plan, layer, stream);
+        return rssm_cuda_bulk_launch(p, b, plan, stream);
     KArgs args;
     args.p = *p;
     args.b = *b;
     args.sm = smem_layout(p, plan->warps, plan->stages);
-    args.layer = layer;
     args.chunks = plan->chunks;
     const KernelFn fn = kernel_of(plan->variant);
     fn<<<plan->grid, 32u * plan->warps, plan->smem_bytes, stream>>>(args);

@@ -109,32 +109,65 @@ __device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float 
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* A step-header row (rssm_layout.h) as the kernels use it, decoded in one
- * place: its slot, its ring's entries n (at most ring_cap: a corrupt header
- * must not send a kernel outside the ring), the row of the step arrays it
- * reads and writes (its io word, docs/design.md §2, kept inside the batch)
- * and whether it flushes (RSSM_ROW_FLUSHES). */
+/* A launch's row (rssm_layer_io) as the kernels use it, decoded in one
+ * place: its slot, its ring's entries n (at most ring_cap: a corrupt
+ * write_pos must not send a kernel outside the ring), the row of the step
+ * arrays it reads and writes (kept inside the batch), whether it flushes
+ * (RSSM_ROW_FLUSHES), and whether it is padding (a slot outside the
+ * tensors). A padding row is decoded as slot 0 with an empty ring and no
+ * flush, so every load a kernel issues for it stays inside the tensors; the
+ * kernels store none of its results but its zeroed output (what they
+ * read for it, possibly while another row writes slot 0, is discarded). */
 struct RowStep {
     uint32_t slot, n, io;
-    bool flush;
+    bool flush, pad;
 };
 
-/* Header row r's words, in one 16-byte load. */
-__device__ __forceinline__ uint4 row_words(const uint32_t *header, uint32_t r)
+/* How a kernel that hands a row from one role to another (through shared
+ * memory) says what the row does: flush, padding, or neither. */
+constexpr uint32_t kMetaFlush = 1u, kMetaPad = 2u;
+__device__ __forceinline__ uint32_t row_meta_flag(const RowStep &s)
 {
-    static_assert(RSSM_ROW_WORDS == 4u && RSSM_HEADER_WORDS % 4u == 0u, "a header row is one uint4");
-    return *reinterpret_cast<const uint4 *>(header + RSSM_HEADER_WORDS + RSSM_ROW_WORDS * r);
+    return s.pad ? kMetaPad : s.flush ? kMetaFlush : 0u;
 }
 
-__device__ __forceinline__ RowStep row_decode(const rssm_kernel_params &p, const uint4 &hr)
+/* Row r's words in the RSSM_ROW_* order of the step header. */
+__device__ __forceinline__ uint4 row_words(const rssm_layer_io &io, uint32_t r)
 {
-    const uint32_t w[4] = {hr.x, hr.y, hr.z, hr.w};
+    const size_t at = (size_t)r * io.row_stride;
+    return make_uint4(io.row_slot[at], io.row_write_pos[at], io.row_force ? io.row_force[at] : 0u,
+                      io.row_io ? io.row_io[at] : r);
+}
+
+__device__ __forceinline__ RowStep row_decode(const rssm_kernel_params &p, const rssm_layer_io &io, const uint4 &hr)
+{
+    static_assert(RSSM_ROW_SLOT == 0u && RSSM_ROW_WRITE_POS == 1u && RSSM_ROW_FORCE == 2u && RSSM_ROW_IO == 3u,
+                  "row_words returns the header's order");
     RowStep s;
-    s.slot = w[RSSM_ROW_SLOT];
-    s.n = min(w[RSSM_ROW_WRITE_POS], p.ring_cap);
-    s.io = min(w[RSSM_ROW_IO], p.max_rows - 1u);
-    s.flush = RSSM_ROW_FLUSHES(s.n, p.ring_cap, w[RSSM_ROW_FORCE]);
+    s.pad = hr.x >= io.slots; /* as unsigned: a negative index too */
+    s.slot = s.pad ? 0u : hr.x;
+    s.n = s.pad ? 0u : min(hr.y, p.ring_cap);
+    s.io = min(hr.w, p.max_rows - 1u);
+    s.flush = !s.pad && RSSM_ROW_FLUSHES(s.n, p.ring_cap, hr.z);
     return s;
+}
+
+__device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const rssm_layer_io &io, uint32_t r)
+{
+    return row_decode(p, io, row_words(io, r));
+}
+
+/* The launch's row count. */
+__device__ __forceinline__ uint32_t launch_rows(const rssm_kernel_params &p, const rssm_layer_io &io)
+{
+    return min(io.rows_dev ? *io.rows_dev : io.rows, p.max_rows);
+}
+
+/* Where (slot, head) of a state tensor starts. */
+__device__ __forceinline__ uint8_t *at_slot(uint8_t *base, size_t slot_stride, size_t head_stride, uint32_t slot,
+                                            uint32_t head)
+{
+    return base + (size_t)slot * slot_stride + (size_t)head * head_stride;
 }
 
 /* x rounded to the ring dtype RT for an append. A finite x that RT rounds
@@ -181,8 +214,8 @@ __device__ __forceinline__ float warp_sum(float x)
     return x;
 }
 
-/* The per-channel inputs of (step-array row io, value head hv) of layer a.layer (Args:
- * any struct with p, b and layer) for the NC channels
+/* The per-channel inputs of (step-array row io, value head hv) (Args: any
+ * struct with p and b.io) for the NC channels
  * c = first + stride * i this thread owns: q (normalised and scaled), k
  * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
  * are over the warp (W = 1) or the CTA of W warps, through red[3 * W]
@@ -199,20 +232,21 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t h = hv / (HV / H);
-    const size_t io_row = (size_t)a.layer * p.max_rows + io;
+    const rssm_layer_io &L = a.b.io;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
     const uint32_t Kg = kda ? K : 1u;
-    const size_t qk_at = (io_row * H + h) * K;
-    const float *gate = a.b.gate + (io_row * HV + hv) * Kg;
-    const float b_in = a.b.beta[io_row * HV + hv];
+    const void *qrow = L.q + io * L.q_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
+    const void *krow = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
+    const float *gate = reinterpret_cast<const float *>(L.gate + io * L.gate_row) + (size_t)hv * Kg;
+    const float b_in = reinterpret_cast<const float *>(L.beta + io * L.beta_row)[hv];
     float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         const uint32_t c = first + stride * i;
-        q[i] = c < K ? load_io(a.b.q, qk_at + c, io_bf16) : 0.0f;
-        k[i] = c < K ? load_io(a.b.k, qk_at + c, io_bf16) : 0.0f;
+        q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
+        k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
         g[i] = c < K ? gate[kda ? c : 0u] : 0.0f;
         sq += q[i] * q[i];
         sk += k[i] * k[i];
@@ -242,8 +276,8 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
         qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
         kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
     }
-    const float A = raw ? expf(__ldg(a.b.A_log + (size_t)a.layer * HV + hv)) : 0.0f;
-    const float *dt_bias = a.b.dt_bias + ((size_t)a.layer * HV + hv) * Kg;
+    const float A = raw ? expf(__ldg(L.A_log + hv)) : 0.0f;
+    const float *dt_bias = L.dt_bias + (size_t)hv * Kg;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         const uint32_t c = first + stride * i;

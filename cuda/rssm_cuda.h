@@ -26,20 +26,13 @@ extern "C" {
  * checkpoint in registers (64 fp32 values per thread at K = 128). */
 #define RSSM_CUDA_MAX_HEAD_K 128u
 
-/* Device pointers of one batch; constant for the life of a recorded graph.
- * Shapes as in rssm_layout.h. */
+/* What one layer's launch works on: its data (rssm_layer_io, device
+ * pointers) and the launch's own scratch. Constant for the life of a
+ * recorded graph. */
 typedef struct rssm_cuda_buffers {
-    unsigned char *pool;        /* slots x slot_bytes */
-    const uint32_t *header;     /* the step header (RSSM_HEADER_BYTES) */
-    const void *q, *k, *v;      /* io dtype */
-    const float *gate, *beta;
-    const float *A_log, *dt_bias;
-    void *out;                  /* io dtype */
+    rssm_layer_io io;
     float *scratch;             /* the stream kernel's per-(row, value head) ring
                                    coefficients: rssm_cuda_scratch_bytes */
-    uint32_t *overflow;         /* [max_rows]: 1 for a header row whose ring append
-                                   overflowed its dtype (docs/design.md §2); the kernels
-                                   only ever store 1, the host zeroes it */
     uint32_t *work;             /* the bulk kernel's work counters: RSSM_CUDA_WORK_BYTES,
                                    zeroed before the first launch; every launch leaves them
                                    zero. Launches that share them run one after another
@@ -102,11 +95,15 @@ void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int 
 cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 
 /* Launches one layer of one decode step on `stream` (capturable). The rows,
- * slots, write positions and force flags are read on the device from
- * b->header; nothing of the step is baked into the launch. */
+ * slots, write positions and force flags are read on the device
+ * (b->io); nothing of the step is baked into the launch. */
 cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                   const rssm_cuda_plan *plan, uint32_t layer,
-                                   cudaStream_t stream);
+                                   const rssm_cuda_plan *plan, cudaStream_t stream);
+
+/* The cursors after a step (rssm_layer_advance): for each of `rows` rows
+ * whose slot is inside 0..slots-1, cursor[slot] = flushes ? 0 : write_pos + 1. */
+cudaError_t rssm_cuda_advance(const rssm_kernel_params *p, uint32_t rows, uint32_t slots, const int32_t *slot_index,
+                              const int32_t *write_pos, const int32_t *force, int32_t *cursor, cudaStream_t stream);
 
 /* Bytes of device memory rssm_cuda_buffers.scratch must point to for
  * `plan` (0: none needed). Call after rssm_cuda_plan_prepare. */
@@ -122,7 +119,7 @@ int rssm_cuda_stream_supported(const rssm_kernel_params *p);
 void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                    const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
+                                    const rssm_cuda_plan *plan, cudaStream_t stream);
 
 /* The bulk kernel's share (bulk_kernel.cu): K a multiple of 32 up to
  * RSSM_CUDA_MAX_HEAD_K, V a multiple of a stage's rows (32 fp32, 64 bf16
@@ -130,7 +127,7 @@ cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda
 int rssm_cuda_bulk_supported(const rssm_kernel_params *p);
 cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                  const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream);
+                                  const rssm_cuda_plan *plan, cudaStream_t stream);
 
 /* The in-place pass (inplace_kernel.cu): reads and writes back, every 32-bit
  * word xored with `flip` (0 leaves the bytes as they were), every 16 bytes of `bytes` at

@@ -76,7 +76,6 @@ static_assert(kScStride % 4 == 0 && kScKG % 4 == 0, "16-byte aligned vectors");
 struct SArgs {
     rssm_kernel_params p;
     rssm_cuda_buffers b;
-    uint32_t layer;
     uint32_t chunks; /* items (warps) per (batch row, value head) */
 };
 
@@ -128,28 +127,37 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     __shared__ __align__(16) float kgw[RING ? kWarps : 1][RING ? kJ : 1][RING ? kMaxK : 4];
 
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
+    const rssm_layer_io &L = a.b.io;
     const uint32_t item = blockIdx.x * (uint32_t)kWarps + warp;
     const uint32_t per_row = HV * a.chunks;
     const uint32_t r = item / per_row, rem = item % per_row, hv = rem / a.chunks, chunk = rem % a.chunks;
     /* Both header loads are issued before either is used: the row's load
      * must not wait for the row count. */
-    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
+    const uint32_t rows = launch_rows(p, L);
     uint4 hr = make_uint4(0, 0, 0, 0);
     if (r < p.max_rows)
-        hr = row_words(a.b.header, r);
-    if (r >= min(rows, p.max_rows))
+        hr = row_words(L, r);
+    if (r >= rows)
         return;
-    const RowStep row = row_decode(p, hr);
+    const RowStep row = row_decode(p, L, hr);
     const uint32_t slot = row.slot, n = RING ? row.n : 0u, io = row.io;
     const bool flush = !RING || row.flush;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    void *out_row = L.out + io * L.out_row;
+    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
+    if (row.pad) {
+#pragma unroll
+        for (int i = 0; i < RPL; ++i)
+            if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
+                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
+        return;
+    }
 
     /* 1. The tile's loads, and the row's ring entries, all issued before
      * anything waits on them. */
-    uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-    SRaw *C = reinterpret_cast<SRaw *>(lb) + (size_t)hv * V * K;
-    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
+    SRaw *C = reinterpret_cast<SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, slot, hv));
     SVec x[RPL][NG];
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
@@ -163,7 +171,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
                 x[i][G] = SVec{};
         }
     }
-    RRaw *ring_d = reinterpret_cast<RRaw *>(lb + p.ring_d_offset) + (size_t)hv * cap * V;
+    RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, slot, hv));
     RRaw dj[RPL][JL];
 #pragma unroll
     for (int i = 0; i < RPL; ++i)
@@ -172,13 +180,13 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
             const uint32_t j = t4 + 4u * jj, v = v_base + 8u * i;
             dj[i][jj] = RING && j < n && v < V ? ring_d[(size_t)j * V + v] : RRaw{};
         }
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    const size_t io_row = (size_t)a.layer * p.max_rows + io, v_at = (io_row * HV + hv) * V;
+    const void *v_row = L.v + io * L.v_row;
+    const size_t v_at = (size_t)hv * V;
     float vin[RPL];
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        vin[i] = v < V ? load_io(a.b.v, v_at + v, io_bf16) : 0.0f;
+        vin[i] = v < V ? load_io(v_row, v_at + v, io_bf16) : 0.0f;
     }
 
     /* 2. The per-channel vectors: from the prologue's record, or computed
@@ -278,9 +286,9 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         const uint32_t v = v_base + 8u * i;
         d[i] = beta * (vin[i] - pk[i]);
         if (t4 == (uint32_t)(i & 3) && v < V) {
-            store_io(a.b.out, v_at + v, io_bf16, pq[i] + d[i] * kq);
+            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * kq);
             if (RING && !flush)
-                ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], a.b.overflow, r);
+                ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], L.overflow, r);
         }
     }
     if (!flush)
@@ -367,19 +375,20 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
     /* The stream kernel may start now: it has its own loads to issue. */
     pdl_launch_dependents();
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads, cap = p.ring_cap;
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t r = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / H);
-    const uint32_t rows = a.b.header[RSSM_HEADER_ROWS];
-    if (r >= min(rows, p.max_rows))
+    const rssm_layer_io &L = a.b.io;
+    if (r >= launch_rows(p, L))
         return; /* the whole CTA */
-    const RowStep row = row_decode(p, row_words(a.b.header, r));
+    const RowStep row = row_step(p, L, r);
+    if (row.pad)
+        return; /* the stream kernel zeroes its output */
     const uint32_t slot = row.slot, n = row.n, io = row.io;
     const bool flush = row.flush;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u, c = threadIdx.x;
-    uint8_t *lb = a.b.pool + (size_t)slot * p.slot_bytes + (size_t)a.layer * p.layer_bytes;
-    RRaw *ring_k = reinterpret_cast<RRaw *>(lb + p.ring_k_offset) + (size_t)h * cap * K;
-    float *ring_g = reinterpret_cast<float *>(lb + p.ring_g_offset) + (size_t)hv * cap * Kg;
+    RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, slot, h));
+    float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, slot, hv));
 
     RRaw kj[kJ];
     float gj[kJ];
@@ -413,7 +422,7 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
         sc[kScKV + c] = k;
         if (!flush) {
             if (hv % (HV / H) == 0)
-                ring_k[(size_t)n * K + c] = to_ring<RT>(k, a.b.overflow, r);
+                ring_k[(size_t)n * K + c] = to_ring<RT>(k, L.overflow, r);
             if (kda || c == 0)
                 ring_g[(size_t)n * Kg + (kda ? c : 0u)] = gv;
         }
@@ -543,7 +552,7 @@ extern "C" cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm
 }
 
 extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                               const rssm_cuda_plan *plan, uint32_t layer, cudaStream_t stream)
+                                               const rssm_cuda_plan *plan, cudaStream_t stream)
 {
     const bool ring = p->ring_cap != 0;
     const StreamFn fn = kStream[ring ? p->ring_dtype : 3u][state_variant(p)][rpl_index(plan->rows_per_lane)];
@@ -552,7 +561,6 @@ extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, cons
     SArgs a;
     a.p = *p;
     a.b = *b;
-    a.layer = layer;
     a.chunks = stream_chunks(p, plan->rows_per_lane);
     const dim3 block(32u * RSSM_CUDA_STREAM_WARPS);
     if (!ring) {

@@ -349,6 +349,110 @@ rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_er
 rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
                                         rssm_error *err);
 
+/* ------------------------------------------ one layer, on the caller's memory
+ *
+ * What an inference engine calls: one layer of one decode step on tensors
+ * the engine owns (its state pool, its rings, its step activations), on
+ * its stream, with nothing allocated, synchronised or read back on the host
+ * during the call, so a CUDA graph the engine captures holds it. A layer
+ * object is created once per layer shape (every layer of a model may share
+ * one) and holds what the launches need: the kernel choice, its launch
+ * shape and a few bytes of device scratch. rssm_batch_step is built on the
+ * same launches, with rssm's own pool as the tensors (docs/engines.md).
+ *
+ * Shapes, as the engines of docs/engines.md lay them out (R >= L - 1 ring
+ * entries per head; an engine's [.., L, ..] ring has room to spare):
+ *   state   [slots][HV][V][K]   state dtype
+ *   ring_d  [slots][HV][R][V]   ring dtype
+ *   ring_k  [slots][H][R][K]    ring dtype
+ *   ring_g  [slots][HV][R] (GDN) or [slots][HV][R][K] (KDA), fp32
+ *   q, k    [rows][H][K], v and out [rows][HV][V]   io dtype
+ *   gate    [rows][HV] (GDN) or [rows][HV][K] (KDA), beta [rows][HV]   fp32
+ *   A_log   [HV], dt_bias [HV] or [HV][K]   fp32 (RAW gate modes only)
+ * Each tensor's last dimension(s) named above for one head (or one row)
+ * are contiguous; the slot, head and row strides are the caller's, in
+ * elements, so slices and packed rows (q, k and v as parts of one
+ * `mixed_qkv` row) need no copy. A stride of 0 takes the contiguous value.
+ *
+ * Per row r of a launch: slot_index[r] names the slot (a negative index, or
+ * one >= slots, marks a padding row: its output is zeroed and no slot is
+ * read or written); write_pos[r] is the slot's committed ring entries
+ * (0..L-1); force[r] != 0 makes the row flush. The row flushes when
+ * write_pos[r] == L - 1 or force[r] is set; its cursor then goes to 0, else
+ * to write_pos + 1 (rssm_layer_advance). Rows must name distinct slots. */
+
+typedef struct rssm_layer rssm_layer;
+
+typedef struct rssm_layer_desc {
+    /* The layer's shape, gates, ring and dtypes; `layers` is not used (one
+     * layer object runs any layer of the model). */
+    rssm_model model;
+    uint32_t max_rows;              /* rows a launch may have, >= 1 */
+    uint32_t slots;                 /* slots the state and ring tensors hold */
+    int64_t state_slot_stride, state_head_stride;   /* elements; 0: HV V K, V K */
+    int64_t ring_d_slot_stride, ring_d_head_stride; /* 0: HV (L-1) V, (L-1) V */
+    int64_t ring_k_slot_stride, ring_k_head_stride; /* 0: H (L-1) K, (L-1) K */
+    int64_t ring_g_slot_stride, ring_g_head_stride; /* 0: HV (L-1) G, (L-1) G; G = 1 or K */
+    int64_t q_row_stride, k_row_stride, v_row_stride, out_row_stride; /* 0: H K, H K, HV V, HV V */
+    int64_t gate_row_stride, beta_row_stride;       /* 0: HV G, HV */
+} rssm_layer_desc;
+
+/* Device pointers (host pointers on the cpu backend) of one launch. The
+ * ring tensors may be NULL with replay off. */
+typedef struct rssm_layer_tensors {
+    void *state;
+    void *ring_d, *ring_k;
+    float *ring_g;
+    const void *q, *k, *v;
+    const float *gate, *beta;
+    const float *A_log, *dt_bias;   /* RAW gate modes; else may be NULL */
+    void *out;
+    const int32_t *slot_index;      /* [rows] */
+    const int32_t *write_pos;       /* [rows] */
+    const int32_t *force;           /* [rows], or NULL: no row forced */
+    /* [rows], or NULL. With a 16-bit ring, set to 1 for a row whose ring
+     * entry its ring dtype cannot hold (docs/design.md §2) and to 0 for the
+     * others. The flagged row's output is right, but its appended entry is
+     * not: run the step again for it, unchanged but with force set, before
+     * advancing its cursor (rssm_batch_run does this itself). */
+    uint32_t *overflow;
+} rssm_layer_tensors;
+
+/* RSSM_OK when backend `b` can run layers of this description;
+ * RSSM_ERR_UNSUPPORTED or RSSM_ERR_INVALID_ARGUMENT with the reason
+ * otherwise (a stride pattern the kernels cannot take is named). Allocates
+ * nothing. */
+rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_desc *desc, rssm_error *err);
+
+/* A layer object for `desc` on backend `b` (which it keeps a reference
+ * to). On the cuda backend it belongs to the backend's device
+ * (RSSM_CUDA_DEVICE picks it) and its launches share a few bytes of device
+ * scratch: launches of one layer object must be ordered (one stream, or
+ * one graph); create one per stream that runs concurrently. */
+rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm_layer **out, rssm_error *err);
+void rssm_layer_destroy(rssm_layer **layer);
+
+/* One layer of one decode step over `rows` rows (0..max_rows), enqueued on
+ * `stream` (cuda: a cudaStream_t, NULL for the legacy default stream; the
+ * backend's device is made current for the call and the caller's restored).
+ * Checks the arguments on the host (NULL pointers, rows) and nothing that
+ * is in device memory: the kernels skip rows whose slot index is out of
+ * range and clamp write_pos into the ring. The cpu backend runs the layer
+ * before returning, on host pointers, and refuses (RSSM_ERR_INVALID_ARGUMENT)
+ * a write_pos out of range or a slot named twice. */
+rssm_status rssm_layer_run(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
+                           rssm_error *err);
+
+/* Advances the cursors after a step's last layer, on the device, for an
+ * engine that keeps them there: for every row that is not padding,
+ * cursor[slot_index[r]] = flushes ? 0 : write_pos[r] + 1, with the flush
+ * rule above. `cursor` is per slot ([slots]); it may be `write_pos` itself
+ * only when that is per slot too (an engine's per-row write_pos buffer is
+ * refreshed from its per-slot cursor before the next step). */
+rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *slot_index,
+                               const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
+                               rssm_error *err);
+
 /* ------------------------------------------------------------- benchmarks */
 
 /* What a benchmark entry measured over its timed runs, in seconds of

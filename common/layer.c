@@ -1,0 +1,275 @@
+/* rssm_layer: one layer of a decode step on the caller's memory. Common
+ * code turns the caller's description (element strides, 0 for contiguous)
+ * into the byte strides of rssm_layer_io and checks what it can on the
+ * host, once; the backend launches. */
+#include "objects.h"
+#include "dtype.h"
+#include "error.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* The caller's stride, or the contiguous one for 0; negative refused. */
+static rssm_status stride_or(int64_t given, size_t contiguous, size_t *out, const char *name, rssm_error *err)
+{
+    if (given < 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: %s = %lld: strides must be >= 0", name,
+                              (long long)given);
+    if ((uint64_t)given > ((uint64_t)1 << 40))
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: %s = %lld is beyond any tensor", name,
+                              (long long)given);
+    *out = given == 0 ? contiguous : (size_t)given;
+    return RSSM_OK;
+}
+
+/* Whether blocks of `inner` elements at i * s1 + j * s2 (i < n1, j < n2)
+ * are disjoint: the smaller stride (of a dimension longer than 1) must
+ * clear a block, the larger one all of the smaller one's blocks. A kernel
+ * that writes two overlapping blocks at once would race. */
+static int disjoint(size_t inner, size_t s1, size_t n1, size_t s2, size_t n2)
+{
+    if (n1 <= 1) {
+        s1 = s2;
+        n1 = n2;
+        n2 = 1;
+    }
+    if (n2 > 1 && s2 < s1) {
+        const size_t ts = s1, tn = n1;
+        s1 = s2;
+        n1 = n2;
+        s2 = ts;
+        n2 = tn;
+    }
+    if (n1 > 1 && s1 < inner)
+        return 0;
+    return n2 <= 1 || s2 >= (n1 > 1 ? s1 * n1 : inner);
+}
+
+/* One state tensor [slots][heads][inner], its strides checked and turned
+ * into bytes. */
+static rssm_status state_strides(int64_t slot_given, int64_t head_given, size_t heads, size_t inner, size_t elem,
+                                 uint32_t slots, const char *name, size_t *slot_bytes, size_t *head_bytes,
+                                 rssm_error *err)
+{
+    char what[48];
+    size_t s_slot = 0, s_head = 0;
+    snprintf(what, sizeof what, "%s_head_stride", name);
+    rssm_status st = stride_or(head_given, inner, &s_head, what, err);
+    if (st != RSSM_OK)
+        return st;
+    snprintf(what, sizeof what, "%s_slot_stride", name);
+    if ((st = stride_or(slot_given, heads * inner, &s_slot, what, err)) != RSSM_OK)
+        return st;
+    if (!disjoint(inner, s_head, heads, s_slot, slots))
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer: %s strides (slot %zu, head %zu elements) overlap a head's %zu elements "
+                              "with another's",
+                              name, s_slot, s_head, inner);
+    *slot_bytes = s_slot * elem;
+    *head_bytes = s_head * elem;
+    return RSSM_OK;
+}
+
+/* Validates `d` and fills the kernel parameters and the strides of `shape`
+ * (its pointers NULL). */
+static rssm_status resolve(const rssm_layer_desc *d, rssm_kernel_params *p, rssm_layer_io *shape, rssm_error *err)
+{
+    if (!d)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: the description must not be NULL");
+    rssm_model m = d->model;
+    m.layers = 1;
+    rssm_status st = rssm_model_validate(&m, err);
+    if (st != RSSM_OK)
+        return st;
+    if (d->max_rows == 0 || d->max_rows > 65536)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: max_rows = %u: must be in 1..65536",
+                              d->max_rows);
+    if (d->slots == 0 || d->slots > INT32_MAX)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: slots = %u: must be in 1..%d", d->slots,
+                              INT32_MAX);
+    rssm_slot_layout lay;
+    rssm_slot_layout_init(&lay, &m);
+    rssm_kernel_params_init(p, &m, &lay, d->max_rows);
+
+    const size_t H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v, cap = p->ring_cap;
+    const size_t G = m.gate_kind == RSSM_GATE_KDA ? K : 1;
+    const size_t ssz = rssm_dtype_size(m.state_dtype), rsz = rssm_dtype_size(m.ring_dtype);
+    const size_t iosz = rssm_dtype_size(m.io_dtype);
+    memset(shape, 0, sizeof *shape);
+    shape->slots = d->slots;
+    st = state_strides(d->state_slot_stride, d->state_head_stride, HV, V * K, ssz, d->slots, "state",
+                       &shape->ckpt_slot, &shape->ckpt_head, err);
+    if (st == RSSM_OK && cap > 0)
+        st = state_strides(d->ring_d_slot_stride, d->ring_d_head_stride, HV, cap * V, rsz, d->slots, "ring_d",
+                           &shape->ring_d_slot, &shape->ring_d_head, err);
+    if (st == RSSM_OK && cap > 0)
+        st = state_strides(d->ring_k_slot_stride, d->ring_k_head_stride, H, cap * K, rsz, d->slots, "ring_k",
+                           &shape->ring_k_slot, &shape->ring_k_head, err);
+    if (st == RSSM_OK && cap > 0)
+        st = state_strides(d->ring_g_slot_stride, d->ring_g_head_stride, HV, cap * G, sizeof(float), d->slots,
+                           "ring_g", &shape->ring_g_slot, &shape->ring_g_head, err);
+    if (st != RSSM_OK)
+        return st;
+
+    /* Rows: inputs may share memory (q, k and v are parts of one row), the
+     * output's rows must not. */
+    const struct {
+        int64_t given;
+        size_t contiguous, elem;
+        size_t *bytes;
+        const char *name;
+    } rows[] = {
+        {d->q_row_stride, H * K, iosz, &shape->q_row, "q_row_stride"},
+        {d->k_row_stride, H * K, iosz, &shape->k_row, "k_row_stride"},
+        {d->v_row_stride, HV * V, iosz, &shape->v_row, "v_row_stride"},
+        {d->out_row_stride, HV * V, iosz, &shape->out_row, "out_row_stride"},
+        {d->gate_row_stride, HV * G, sizeof(float), &shape->gate_row, "gate_row_stride"},
+        {d->beta_row_stride, HV, sizeof(float), &shape->beta_row, "beta_row_stride"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        size_t s = 0;
+        if ((st = stride_or(rows[i].given, rows[i].contiguous, &s, rows[i].name, err)) != RSSM_OK)
+            return st;
+        *rows[i].bytes = s * rows[i].elem;
+    }
+    if (d->max_rows > 1 && shape->out_row < HV * V * iosz)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer: out_row_stride = %zu elements: rows of out (%zu elements) would overlap",
+                              shape->out_row / iosz, HV * V);
+    return rssm_clear_error(err);
+}
+
+/* The backend's verdict on a resolved description. */
+static rssm_status backend_check(const rssm_backend *b, const rssm_layer_desc *d, const rssm_kernel_params *p,
+                                 const rssm_layer_io *shape, rssm_error *err)
+{
+    if (!b->ops->layer_check)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "%s has no per-layer entry yet (rssm_layer_*); rssm_batch runs every backend",
+                              b->name);
+    rssm_model m = d->model;
+    m.layers = 1;
+    rssm_status st = b->ops->supports(b->ctx, &m, err);
+    if (st != RSSM_OK)
+        return st;
+    return b->ops->layer_check(b->ctx, p, shape, err);
+}
+
+rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_desc *desc, rssm_error *err)
+{
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: backend must not be NULL");
+    rssm_kernel_params p;
+    rssm_layer_io shape;
+    rssm_status st = resolve(desc, &p, &shape, err);
+    if (st != RSSM_OK)
+        return st;
+    return backend_check(b, desc, &p, &shape, err);
+}
+
+rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm_layer **out, rssm_error *err)
+{
+    if (!b || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: backend and out must not be NULL");
+    *out = NULL;
+    rssm_layer *l = calloc(1, sizeof *l);
+    if (!l)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "layer: out of host memory");
+    rssm_status st = resolve(desc, &l->params, &l->shape, err);
+    if (st == RSSM_OK)
+        st = backend_check(b, desc, &l->params, &l->shape, err);
+    if (st == RSSM_OK)
+        st = b->ops->layer_create(b->ctx, &l->params, &l->shape, &l->dev, err);
+    if (st != RSSM_OK) {
+        free(l);
+        return st;
+    }
+    l->desc = *desc;
+    l->backend = b;
+    rssm_backend_retain(b);
+    *out = l;
+    return rssm_clear_error(err);
+}
+
+void rssm_layer_destroy(rssm_layer **lp)
+{
+    if (!lp || !*lp)
+        return;
+    rssm_layer *l = *lp;
+    l->backend->ops->layer_destroy(l->backend->ctx, l->dev);
+    rssm_backend_release(l->backend);
+    free(l);
+    *lp = NULL;
+}
+
+rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
+                           rssm_error *err)
+{
+    if (!l || !t)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: layer and tensors must not be NULL");
+    const rssm_kernel_params *p = &l->params;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: %u rows exceed the layer's max_rows %u",
+                              rows, p->max_rows);
+    if (rows == 0)
+        return rssm_clear_error(err);
+    const int ring = p->ring_cap > 0, raw = p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const struct {
+        const void *ptr;
+        int needed;
+        const char *name;
+    } need[] = {
+        {t->state, 1, "state"},       {t->ring_d, ring, "ring_d"},   {t->ring_k, ring, "ring_k"},
+        {t->ring_g, ring, "ring_g"},  {t->q, 1, "q"},                {t->k, 1, "k"},
+        {t->v, 1, "v"},               {t->gate, 1, "gate"},          {t->beta, 1, "beta"},
+        {t->A_log, raw, "A_log"},     {t->dt_bias, raw, "dt_bias"},  {t->out, 1, "out"},
+        {t->slot_index, 1, "slot_index"}, {t->write_pos, 1, "write_pos"},
+    };
+    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
+        if (need[i].needed && !need[i].ptr)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: tensor %s must not be NULL",
+                                  need[i].name);
+    rssm_layer_io io = l->shape;
+    io.ckpt = t->state;
+    io.ring_d = t->ring_d;
+    io.ring_k = t->ring_k;
+    io.ring_g = (uint8_t *)t->ring_g;
+    io.q = t->q;
+    io.k = t->k;
+    io.v = t->v;
+    io.gate = (const uint8_t *)t->gate;
+    io.beta = (const uint8_t *)t->beta;
+    io.out = t->out;
+    io.A_log = t->A_log;
+    io.dt_bias = t->dt_bias;
+    /* int32 indices read as 32-bit words: a negative one is a large
+     * unsigned one, outside the slots, so padding by either reading */
+    io.row_slot = (const uint32_t *)(const void *)t->slot_index;
+    io.row_write_pos = (const uint32_t *)(const void *)t->write_pos;
+    io.row_force = (const uint32_t *)(const void *)t->force;
+    io.row_io = NULL;
+    io.row_stride = 1;
+    io.rows = rows;
+    io.rows_dev = NULL;
+    io.overflow = t->overflow;
+    rssm_backend *b = l->backend;
+    return b->ops->layer_run(b->ctx, l->dev, &io, stream, err);
+}
+
+rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
+                               const int32_t *force, int32_t *cursor, void *stream, rssm_error *err)
+{
+    if (!l)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer advance: layer must not be NULL");
+    if (rows > l->params.max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer advance: %u rows exceed the layer's max_rows %u", rows, l->params.max_rows);
+    if (rows == 0)
+        return rssm_clear_error(err);
+    if (!slot_index || !write_pos || !cursor)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer advance: slot_index, write_pos and cursor must not be NULL");
+    rssm_backend *b = l->backend;
+    return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
+}

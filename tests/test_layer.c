@@ -1,0 +1,392 @@
+/* rssm_layer: one layer on the caller's memory, in an engine's layouts
+ * (a state pool with padded slots, rings of L entries, q, k and v packed in
+ * one row, padded output rows), gives exactly the outputs and states of
+ * rssm_batch_step on the same backend; padding rows touch nothing; the
+ * cursor advance follows the flush rule; bad descriptions and arguments are
+ * refused with a message. Host pointers: the cpu backend (the cuda path is
+ * checked on a GPU by bench/h200/layer_check.py). */
+#include "test_support.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+enum { SEED = 0x1a7e5, SLOTS = 5, ROWS = 3, L = 4, STEPS = 11, SNAPSHOT = 7 };
+
+/* Padding of the engine's tensors, in elements: every stride differs from
+ * the contiguous one, so a kernel that ignores one is caught. */
+enum { SLOT_PAD = 24, ROW_PAD = 8 };
+
+typedef struct engine {
+    rssm_model m;
+    size_t G;                  /* gate values per head: 1 or K */
+    int64_t state_slot, ring_d_slot, ring_k_slot, ring_g_slot;
+    int64_t qkv_row, out_row;  /* q, k, v packed: [q | k | v] per row */
+    float *state, *ring_d, *ring_k, *ring_g;
+    float *qkv, *gate, *beta, *out;
+    int32_t slot_index[ROWS + 1], write_pos[ROWS + 1], force[ROWS + 1];
+    int32_t cursor[SLOTS];     /* per slot, advanced by rssm_layer_advance */
+    rssm_layer_desc desc;
+} engine;
+
+static void *xzalloc(size_t n)
+{
+    void *p = calloc(n ? n : 1, 1);
+    assert_non_null(p);
+    return p;
+}
+
+static void engine_open(engine *e, const rssm_model *m)
+{
+    memset(e, 0, sizeof *e);
+    e->m = *m;
+    const size_t H = m->num_qk_heads, HV = m->num_v_heads, K = m->head_k, V = m->head_v;
+    e->G = m->gate_kind == RSSM_GATE_KDA ? K : 1;
+    /* rings of L entries per head, as the engines allocate them (rssm uses L - 1) */
+    e->state_slot = (int64_t)(HV * V * K + SLOT_PAD);
+    e->ring_d_slot = (int64_t)(HV * L * V + SLOT_PAD);
+    e->ring_k_slot = (int64_t)(H * L * K + SLOT_PAD);
+    e->ring_g_slot = (int64_t)(HV * L * e->G + SLOT_PAD);
+    e->qkv_row = (int64_t)(2 * H * K + HV * V + ROW_PAD);
+    e->out_row = (int64_t)(HV * V + ROW_PAD);
+    e->state = xzalloc((size_t)e->state_slot * SLOTS * sizeof(float));
+    e->ring_d = xzalloc((size_t)e->ring_d_slot * SLOTS * sizeof(float));
+    e->ring_k = xzalloc((size_t)e->ring_k_slot * SLOTS * sizeof(float));
+    e->ring_g = xzalloc((size_t)e->ring_g_slot * SLOTS * sizeof(float));
+    e->qkv = xzalloc((size_t)e->qkv_row * (ROWS + 1) * sizeof(float));
+    e->gate = xzalloc((ROWS + 1) * HV * e->G * sizeof(float));
+    e->beta = xzalloc((ROWS + 1) * HV * sizeof(float));
+    e->out = xzalloc((size_t)e->out_row * (ROWS + 1) * sizeof(float));
+    rssm_layer_desc *d = &e->desc;
+    d->model = *m;
+    d->max_rows = ROWS + 1;
+    d->slots = SLOTS;
+    d->state_slot_stride = e->state_slot;
+    d->ring_d_slot_stride = e->ring_d_slot;
+    d->ring_d_head_stride = (int64_t)(L * V);
+    d->ring_k_slot_stride = e->ring_k_slot;
+    d->ring_k_head_stride = (int64_t)(L * K);
+    d->ring_g_slot_stride = e->ring_g_slot;
+    d->ring_g_head_stride = (int64_t)(L * e->G);
+    d->q_row_stride = d->k_row_stride = d->v_row_stride = e->qkv_row;
+    d->out_row_stride = e->out_row;
+}
+
+static void engine_close(engine *e)
+{
+    free(e->state);
+    free(e->ring_d);
+    free(e->ring_k);
+    free(e->ring_g);
+    free(e->qkv);
+    free(e->gate);
+    free(e->beta);
+    free(e->out);
+}
+
+static rssm_layer_tensors engine_tensors(engine *e, size_t layer_state_elems)
+{
+    (void)layer_state_elems;
+    const size_t H = e->m.num_qk_heads, K = e->m.head_k;
+    rssm_layer_tensors t = {
+        .state = e->state, .ring_d = e->ring_d, .ring_k = e->ring_k, .ring_g = e->ring_g,
+        .q = e->qkv, .k = e->qkv + H * K, .v = e->qkv + 2 * H * K,
+        .gate = e->gate, .beta = e->beta, .out = e->out,
+        .slot_index = e->slot_index, .write_pos = e->write_pos, .force = e->force,
+    };
+    return t;
+}
+
+/* Slot s's state in the engine's tensor, [HV][V][K]. */
+static const float *engine_state(const engine *e, uint32_t slot) { return e->state + (size_t)slot * e->state_slot; }
+
+/* Every step: ROWS rows over slots 3, 0, 2 (with seq_len from 5, so the
+ * snapshot interval forces a flush part way round a ring), through
+ * rssm_batch_step on a one-layer pool and through rssm_layer_run on the
+ * engine's tensors, from the same states and inputs; the outputs must be
+ * the same bits (one backend, one kernel). A fourth, padding row rides
+ * along in the layer launch only. */
+static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
+{
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + (uint64_t)kind * 3 + ring_dtype, 0);
+    rssm_error err;
+    rssm_model m = ts_small_model(kind, 1, L);
+    m.ring_dtype = ring_dtype;
+    ts_env env;
+    ts_env_open(&env, ts_backend(), &m, SLOTS, RSSM_FLUSH_ALIGNED, ROWS);
+    ts_env_alloc_random(&env, SLOTS, &rng);
+    engine e;
+    engine_open(&e, &m);
+    const size_t n = ts_state_elems(&m);
+    float *s = malloc(n * sizeof(float));
+    assert_non_null(s);
+    for (uint32_t slot = 0; slot < SLOTS; slot++) {
+        TS_OK(rssm_pool_read_state(env.pool, slot, s, &err), &err);
+        memcpy(e.state + (size_t)slot * e.state_slot, s, n * sizeof(float));
+        e.cursor[slot] = 0;
+    }
+    rssm_layer *layer = NULL;
+    TS_OK(rssm_layer_can_implement(env.backend, &e.desc, &err), &err);
+    TS_OK(rssm_layer_create(env.backend, &e.desc, &layer, &err), &err);
+
+    const uint32_t slots[ROWS] = {3, 0, 2};
+    uint64_t seq[ROWS] = {5, 9, 12};
+    ts_inputs in;
+    ts_inputs_alloc(&in, &m, ROWS);
+    const size_t H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    float *out = malloc(ts_out_elems(&m, ROWS) * sizeof(float));
+    assert_non_null(out);
+    int flushes = 0, forced = 0;
+    for (int step = 0; step < STEPS; step++) {
+        ts_inputs_random(&in, &rng);
+        for (uint32_t r = 0; r < ROWS; r++) {
+            float *row = e.qkv + (size_t)r * e.qkv_row;
+            memcpy(row, in.qf + r * H * K, H * K * sizeof(float));
+            memcpy(row + H * K, in.kf + r * H * K, H * K * sizeof(float));
+            memcpy(row + 2 * H * K, in.vf + r * HV * V, HV * V * sizeof(float));
+            e.slot_index[r] = (int32_t)slots[r];
+            e.write_pos[r] = e.cursor[slots[r]];
+            e.force[r] = seq[r] % SNAPSHOT == 0;
+            flushes += e.write_pos[r] == L - 1 || e.force[r];
+            forced += e.force[r] && e.write_pos[r] != L - 1;
+        }
+        memcpy(e.gate, in.gate, ROWS * HV * e.G * sizeof(float));
+        memcpy(e.beta, in.beta, ROWS * HV * sizeof(float));
+        /* the padding row: garbage inputs, a negative slot */
+        ts_poison(e.qkv + (size_t)ROWS * e.qkv_row, (size_t)e.qkv_row * sizeof(float));
+        e.slot_index[ROWS] = -1;
+        e.write_pos[ROWS] = 1;
+        e.force[ROWS] = 0;
+        ts_poison(e.out, (size_t)e.out_row * (ROWS + 1) * sizeof(float));
+
+        ts_step(&env, ROWS, slots, seq, SNAPSHOT, &in, out);
+        rssm_layer_tensors t = engine_tensors(&e, n);
+        TS_OK(rssm_layer_run(layer, ROWS + 1, &t, NULL, &err), &err);
+        TS_OK(rssm_layer_advance(layer, ROWS + 1, e.slot_index, e.write_pos, e.force, e.cursor, NULL, &err), &err);
+
+        for (uint32_t r = 0; r < ROWS; r++) {
+            const float *got = e.out + (size_t)r * e.out_row, *want = out + (size_t)r * HV * V;
+            if (memcmp(got, want, HV * V * sizeof(float)) != 0)
+                fail_msg("step %d row %u: the layer's output differs from rssm_batch_step's (%g vs %g first)",
+                         step, r, got[0], want[0]);
+            uint32_t wp = 0;
+            TS_OK(rssm_pool_write_pos(env.pool, slots[r], &wp, &err), &err);
+            assert_int_equal(e.cursor[slots[r]], (int32_t)wp);
+            seq[r]++;
+        }
+        for (size_t i = 0; i < HV * V; i++)
+            assert_true(e.out[(size_t)ROWS * e.out_row + i] == 0.0f);
+        /* the output rows' padding is the caller's: never written */
+        for (uint32_t r = 0; r <= ROWS; r++)
+            assert_int_equal(ts_count_nonfinite(e.out + (size_t)r * e.out_row + HV * V, RSSM_DTYPE_F32, ROW_PAD),
+                             ROW_PAD);
+    }
+    assert_true(flushes >= ROWS && forced >= 1); /* both kinds of flush were exercised */
+
+    /* A forced flush of every row on both sides: each checkpoint is then the
+     * slot's true state, and the engine's must equal the pool's. */
+    for (uint32_t r = 0; r < ROWS; r++) {
+        e.write_pos[r] = e.cursor[slots[r]];
+        e.force[r] = 1;
+        seq[r] = SNAPSHOT * 10;
+    }
+    ts_inputs_random(&in, &rng);
+    for (uint32_t r = 0; r < ROWS; r++) {
+        float *row = e.qkv + (size_t)r * e.qkv_row;
+        memcpy(row, in.qf + r * H * K, H * K * sizeof(float));
+        memcpy(row + H * K, in.kf + r * H * K, H * K * sizeof(float));
+        memcpy(row + 2 * H * K, in.vf + r * HV * V, HV * V * sizeof(float));
+    }
+    memcpy(e.gate, in.gate, ROWS * HV * e.G * sizeof(float));
+    memcpy(e.beta, in.beta, ROWS * HV * sizeof(float));
+    ts_step(&env, ROWS, slots, seq, SNAPSHOT, &in, out);
+    rssm_layer_tensors t = engine_tensors(&e, n);
+    TS_OK(rssm_layer_run(layer, ROWS, &t, NULL, &err), &err);
+    for (uint32_t slot = 0; slot < SLOTS; slot++) {
+        TS_OK(rssm_pool_read_state(env.pool, slot, s, &err), &err);
+        if (memcmp(engine_state(&e, slot), s, n * sizeof(float)) != 0)
+            fail_msg("slot %u: the engine's state differs from the pool's after a flush", slot);
+    }
+    free(out);
+    free(s);
+    ts_inputs_free(&in);
+    rssm_layer_destroy(&layer);
+    assert_null(layer);
+    engine_close(&e);
+    ts_env_close(&env);
+}
+
+static void gdn_matches_batch(void **state)
+{
+    (void)state;
+    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F32);
+    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F16);
+}
+
+static void kda_matches_batch(void **state)
+{
+    (void)state;
+    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_F32);
+    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_BF16);
+}
+
+/* Descriptions the library must refuse, each with its own message. */
+static void bad_descriptions(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
+    const size_t HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    rssm_layer_desc d = {.model = m, .max_rows = 4, .slots = SLOTS};
+    TS_OK(rssm_layer_can_implement(b, &d, &err), &err);
+
+    rssm_layer_desc x = d;
+    x.max_rows = 0;
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    x = d;
+    x.slots = 0;
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    x = d;
+    x.model.head_k = 6; /* not a multiple of 4 */
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    x = d;
+    x.state_head_stride = -1;
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "state_head_stride"));
+    x = d;
+    x.state_head_stride = (int64_t)(V * K - 4); /* heads overlap */
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "overlap"));
+    x = d;
+    x.state_slot_stride = (int64_t)(V * K); /* slots overlap heads */
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    x = d;
+    x.ring_d_head_stride = (int64_t)((L - 2) * V); /* shorter than the ring */
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "ring_d"));
+    x = d;
+    x.out_row_stride = (int64_t)(HV * V - 1);
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "out_row_stride"));
+    /* head-major slots ([HV][slots][V][K]) are a layout like any other */
+    x = d;
+    x.state_head_stride = (int64_t)(SLOTS * V * K);
+    x.state_slot_stride = (int64_t)(V * K);
+    TS_OK(rssm_layer_can_implement(b, &x, &err), &err);
+    TS_EXPECT(rssm_layer_can_implement(NULL, &d, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    TS_EXPECT(rssm_layer_can_implement(b, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    rssm_layer *l = (rssm_layer *)&x; /* must be reset to NULL on failure */
+    x = d;
+    x.slots = 0;
+    TS_EXPECT(rssm_layer_create(b, &x, &l, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_null(l);
+    rssm_backend_destroy(&b);
+}
+
+/* Runs that must be refused before anything is touched. */
+static void bad_runs(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    const rssm_model m = ts_small_model(RSSM_GATE_KDA, 1, L);
+    engine e;
+    engine_open(&e, &m);
+    rssm_layer *l = NULL;
+    TS_OK(rssm_layer_create(b, &e.desc, &l, &err), &err);
+    /* the layer keeps the backend alive */
+    rssm_backend_destroy(&b);
+    rssm_layer_tensors t = engine_tensors(&e, 0);
+    for (uint32_t r = 0; r < ROWS; r++) {
+        e.slot_index[r] = (int32_t)r;
+        e.write_pos[r] = 0;
+        e.force[r] = 0;
+    }
+    const size_t state_bytes = (size_t)e.state_slot * SLOTS * sizeof(float);
+    float *before = malloc(state_bytes);
+    assert_non_null(before);
+    memcpy(before, e.state, state_bytes);
+
+    TS_EXPECT(rssm_layer_run(l, ROWS + 2, &t, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    TS_EXPECT(rssm_layer_run(l, ROWS, NULL, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    rssm_layer_tensors x = t;
+    x.ring_k = NULL;
+    TS_EXPECT(rssm_layer_run(l, ROWS, &x, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "ring_k"));
+    x = t;
+    x.out = (char *)e.out + 2; /* not aligned to its element */
+    TS_EXPECT(rssm_layer_run(l, ROWS, &x, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    e.write_pos[1] = L; /* beyond the ring */
+    TS_EXPECT(rssm_layer_run(l, ROWS, &t, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "write_pos"));
+    TS_EXPECT(rssm_layer_advance(l, ROWS, e.slot_index, e.write_pos, e.force, e.cursor, NULL, &err),
+              RSSM_ERR_INVALID_ARGUMENT, &err);
+    e.write_pos[1] = 0;
+    e.slot_index[2] = 0; /* slot 0 twice */
+    TS_EXPECT(rssm_layer_run(l, ROWS, &t, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "slot 0"));
+    assert_memory_equal(before, e.state, state_bytes);
+    TS_OK(rssm_layer_run(l, 0, &t, NULL, &err), &err); /* zero rows: nothing to do */
+    TS_EXPECT(rssm_layer_advance(l, ROWS, NULL, e.write_pos, e.force, e.cursor, NULL, &err),
+              RSSM_ERR_INVALID_ARGUMENT, &err);
+    TS_EXPECT(rssm_layer_advance(NULL, ROWS, e.slot_index, e.write_pos, e.force, e.cursor, NULL, &err),
+              RSSM_ERR_INVALID_ARGUMENT, &err);
+    free(before);
+    rssm_layer_destroy(&l);
+    rssm_layer_destroy(&l); /* twice: a no-op */
+    rssm_layer_destroy(NULL);
+    engine_close(&e);
+}
+
+/* The advance: flush rows (full ring, or forced) go to 0, the others one
+ * on, padding rows and rows beyond `rows` leave their slots alone. */
+static void advance_rule(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
+    rssm_layer_desc d = {.model = m, .max_rows = 5, .slots = SLOTS};
+    rssm_layer *l = NULL;
+    TS_OK(rssm_layer_create(b, &d, &l, &err), &err);
+    const int32_t slot_index[5] = {4, 1, -3, 0, 2};
+    const int32_t write_pos[5] = {L - 1, 1, 2, 2, 0};
+    const int32_t force[5] = {0, 0, 1, 1, 0};
+    int32_t cursor[SLOTS] = {7, 7, 7, 7, 7};
+    TS_OK(rssm_layer_advance(l, 4, slot_index, write_pos, force, cursor, NULL, &err), &err);
+    const int32_t want[SLOTS] = {0, 2, 7, 7, 0};
+    assert_memory_equal(cursor, want, sizeof want);
+    TS_OK(rssm_layer_advance(l, 4, slot_index, write_pos, NULL, cursor, NULL, &err), &err);
+    const int32_t want_unforced[SLOTS] = {3, 2, 7, 7, 0};
+    assert_memory_equal(cursor, want_unforced, sizeof want_unforced);
+    rssm_layer_destroy(&l);
+
+    /* packed decode: every step flushes */
+    rssm_model packed = m;
+    packed.replay = 0;
+    d.model = packed;
+    TS_OK(rssm_layer_create(b, &d, &l, &err), &err);
+    const int32_t zero[5] = {0, 0, 0, 0, 0};
+    TS_OK(rssm_layer_advance(l, 5, slot_index, zero, NULL, cursor, NULL, &err), &err);
+    const int32_t want_packed[SLOTS] = {0, 0, 0, 7, 0};
+    assert_memory_equal(cursor, want_packed, sizeof want_packed);
+    rssm_layer_destroy(&l);
+    rssm_backend_destroy(&b);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(gdn_matches_batch),
+        cmocka_unit_test(kda_matches_batch),
+        cmocka_unit_test(bad_descriptions),
+        cmocka_unit_test(bad_runs),
+        cmocka_unit_test(advance_rule),
+    };
+    return TS_RUN_ON_BACKEND(tests);
+}
