@@ -96,6 +96,12 @@ static rssm_status resolve(const rssm_layer_desc *d, rssm_kernel_params *p, rssm
     const size_t G = m.gate_kind == RSSM_GATE_KDA ? K : 1;
     const size_t ssz = rssm_dtype_size(m.state_dtype), rsz = rssm_dtype_size(m.ring_dtype);
     const size_t iosz = rssm_dtype_size(m.io_dtype);
+    if (d->gate_dtype != RSSM_DTYPE_F32 && d->gate_dtype != RSSM_DTYPE_BF16)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: gate_dtype must be fp32 or bf16, not %s",
+                              rssm_dtype_name(d->gate_dtype));
+    const size_t gsz = rssm_dtype_size(d->gate_dtype);
+    if (d->gate_dtype == RSSM_DTYPE_BF16)
+        p->flags |= RSSM_FLAG_GATE_BF16;
     memset(shape, 0, sizeof *shape);
     shape->slots = d->slots;
     st = state_strides(d->state_slot_stride, d->state_head_stride, HV, V * K, ssz, d->slots, "state",
@@ -124,8 +130,8 @@ static rssm_status resolve(const rssm_layer_desc *d, rssm_kernel_params *p, rssm
         {d->k_row_stride, H * K, iosz, &shape->k_row, "k_row_stride"},
         {d->v_row_stride, HV * V, iosz, &shape->v_row, "v_row_stride"},
         {d->out_row_stride, HV * V, iosz, &shape->out_row, "out_row_stride"},
-        {d->gate_row_stride, HV * G, sizeof(float), &shape->gate_row, "gate_row_stride"},
-        {d->beta_row_stride, HV, sizeof(float), &shape->beta_row, "beta_row_stride"},
+        {d->gate_row_stride, HV * G, gsz, &shape->gate_row, "gate_row_stride"},
+        {d->beta_row_stride, HV, gsz, &shape->beta_row, "beta_row_stride"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         size_t s = 0;

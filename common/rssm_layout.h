@@ -49,6 +49,9 @@
 
 #define RSSM_FLAG_QK_L2NORM 1u
 #define RSSM_FLAG_REPLAY 2u
+/* gate and beta inputs in bf16 rather than fp32 (the per-layer entry's
+ * rssm_layer_desc.gate_dtype; rssm_batch's step arrays are fp32) */
+#define RSSM_FLAG_GATE_BF16 4u
 
 /* Added under the root of sum(x^2) when q and k are L2-normalised. */
 #define RSSM_L2NORM_EPS 1e-6f

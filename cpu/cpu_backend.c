@@ -739,6 +739,7 @@ static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io
     const size_t ssz = p->state_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t rsz = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t iosz = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t gsz = p->flags & RSSM_FLAG_GATE_BF16 ? 2 : 4;
     const struct {
         const void *ptr;
         size_t align;
@@ -746,7 +747,7 @@ static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io
     } al[] = {
         {io->ckpt, ssz, "state"}, {io->ring_d, rsz, "ring_d"}, {io->ring_k, rsz, "ring_k"},
         {io->ring_g, 4, "ring_g"}, {io->q, iosz, "q"}, {io->k, iosz, "k"}, {io->v, iosz, "v"},
-        {io->out, iosz, "out"}, {io->gate, 4, "gate"}, {io->beta, 4, "beta"}, {io->A_log, 4, "A_log"},
+        {io->out, iosz, "out"}, {io->gate, gsz, "gate"}, {io->beta, gsz, "beta"}, {io->A_log, 4, "A_log"},
         {io->dt_bias, 4, "dt_bias"}, {io->row_slot, 4, "slot_index"}, {io->row_write_pos, 4, "write_pos"},
         {io->row_force, 4, "force"}, {io->overflow, 4, "overflow"},
     };

@@ -509,16 +509,18 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_
         q[c] = q[c] * p->q_scale;
 
     /* gate: g (gw values), alpha = exp(g), beta */
-    const float *gate_in = (const float *)(const void *)(io->gate + r_io * io->gate_row) + (size_t)hv * gw;
-    float beta = ((const float *)(const void *)(io->beta + r_io * io->beta_row))[hv];
+    const int gate_bf16 = (p->flags & RSSM_FLAG_GATE_BF16) != 0;
+    const uint32_t gate_dtype = gate_bf16 ? RSSM_CODE_DTYPE_BF16 : RSSM_CODE_DTYPE_F32;
+    const size_t gate_size = gate_bf16 ? 2 : 4;
     float *restrict g = s.g, *restrict alpha = s.alpha;
-    if (p->gate_mode == RSSM_CODE_MODE_PRECOMPUTED) {
-        memcpy(g, gate_in, gw * sizeof(float));
-    } else {
+    float beta;
+    load_f32(g, io->gate + r_io * io->gate_row + (size_t)hv * gw * gate_size, gate_dtype, gw);
+    load_f32(&beta, io->beta + r_io * io->beta_row + (size_t)hv * gate_size, gate_dtype, 1);
+    if (p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED) {
         const float A = expf(io->A_log[hv]);
         const float *dtb = io->dt_bias + (size_t)hv * gw;
         for (uint32_t c = 0; c < gw; c++) {
-            const float x = gate_in[c] + dtb[c];
+            const float x = g[c] + dtb[c];
             g[c] = p->gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x)
                                                       : p->gate_lower_bound * sigmoid(A * x);
         }

@@ -657,6 +657,7 @@ const char *misaligned_stride(const rssm_kernel_params *p, const rssm_layer_io *
 const char *misaligned_pointer(const rssm_kernel_params *p, const rssm_layer_io *io)
 {
     const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    const uintptr_t gsz = p->flags & RSSM_FLAG_GATE_BF16 ? 2u : 4u;
     const struct {
         const void *ptr;
         uintptr_t align;
@@ -664,7 +665,7 @@ const char *misaligned_pointer(const rssm_kernel_params *p, const rssm_layer_io 
     } pt[] = {
         {io->ckpt, 16, "state"}, {io->ring_d, 16, "ring_d"}, {io->ring_k, 16, "ring_k"},
         {io->ring_g, kda ? 16u : 4u, "ring_g"}, {io->q, 16, "q"}, {io->k, 16, "k"}, {io->v, 16, "v"},
-        {io->out, 16, "out"}, {io->gate, 4, "gate"}, {io->beta, 4, "beta"}, {io->A_log, 4, "A_log"},
+        {io->out, 16, "out"}, {io->gate, gsz, "gate"}, {io->beta, gsz, "beta"}, {io->A_log, 4, "A_log"},
         {io->dt_bias, 4, "dt_bias"}, {io->row_slot, 4, "slot_index"}, {io->row_write_pos, 4, "write_pos"},
         {io->row_force, 4, "force"}, {io->overflow, 4, "overflow"},
     };
@@ -759,8 +760,8 @@ rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void
     CudaLayer *l = static_cast<CudaLayer *>(layer);
     const char *why = misaligned_pointer(&l->params, io);
     if (why)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned (4 for the gates, "
-                              "beta, the gate weights and the row arrays)", c->variant, why);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned (for the gates and "
+                              "beta their element, for the gate weights and the row arrays 4 bytes)", c->variant, why);
     rssm_cuda_buffers buf;
     memset(&buf, 0, sizeof buf);
     buf.io = *io;

@@ -219,6 +219,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
     const size_t io = io_bf16 ? 2 : 4, rsz = R16 ? 2 : 4;
     const uint32_t ng = (K + 4u * CPT - 1u) / (4u * CPT);
 
@@ -284,9 +285,13 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         copy_async(st + L.sQ, IO.q + io_row * IO.q_row + (size_t)h * K * io, K * (uint32_t)io, tid, nthr);
         copy_async(st + L.sKi, IO.k + io_row * IO.k_row + (size_t)h * K * io, K * (uint32_t)io, tid, nthr);
         copy_async(st + L.sV, IO.v + io_row * IO.v_row + (size_t)hv * V * io, V * (uint32_t)io, tid, nthr);
-        copy_async(st + L.sGate, IO.gate + io_row * IO.gate_row + (size_t)hv * Kg * 4u, Kg * 4u, tid, nthr);
-        if (tid == nthr - 1)
-            cp_async4(st + L.sBeta, IO.beta + io_row * IO.beta_row + (size_t)hv * 4u);
+        /* fp32 gates are staged with the rest; bf16 ones (2 bytes each, too
+         * small for an asynchronous copy) are read where they are used */
+        if (!gate_bf16) {
+            copy_async(st + L.sGate, IO.gate + io_row * IO.gate_row + (size_t)hv * Kg * 4u, Kg * 4u, tid, nthr);
+            if (tid == nthr - 1)
+                cp_async4(st + L.sBeta, IO.beta + io_row * IO.beta_row + (size_t)hv * 4u);
+        }
     };
 
     /* Computes item t from stage s. */
@@ -304,7 +309,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
         const RRaw *sD = reinterpret_cast<const RRaw *>(st + L.sD);
         const RRaw *sK = reinterpret_cast<const RRaw *>(st + L.sK);
         const float *sG = reinterpret_cast<const float *>(st + L.sG);
-        void *out_row = IO.out + (size_t)meta[3] * IO.out_row;
+        const size_t io_row = meta[3];
+        void *out_row = IO.out + io_row * IO.out_row;
         const uint32_t tile_row = chunk * (uint32_t)W * 16u + 16u * (uint32_t)warp;
         const bool has_tile = tile_row < V;
 
@@ -354,7 +360,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 if (c >= K || i % W != warp)
                     continue;
                 const uint32_t cg = kda ? c : 0u;
-                float gv = sGate[cg];
+                float gv = gate_bf16 ? load_io(IO.gate + io_row * IO.gate_row, (size_t)hv * Kg + cg, true) : sGate[cg];
                 if (raw) {
                     const float dt = __ldg(IO.dt_bias + (size_t)hv * Kg + cg);
                     gv = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(gv + dt)
@@ -378,7 +384,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 kw[c] = ag * kx[i];
             }
             if (tid == 0) {
-                const float b = *reinterpret_cast<const float *>(st + L.sBeta);
+                const float b = gate_bf16 ? load_io(IO.beta + io_row * IO.beta_row, hv, true)
+                                          : *reinterpret_cast<const float *>(st + L.sBeta);
                 misc[0] = raw ? sigmoid(b) : b;
                 misc[1] = kq;
             }

@@ -239,15 +239,16 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
     const uint32_t Kg = kda ? K : 1u;
     const void *qrow = L.q + io * L.q_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
     const void *krow = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
-    const float *gate = reinterpret_cast<const float *>(L.gate + io * L.gate_row) + (size_t)hv * Kg;
-    const float b_in = reinterpret_cast<const float *>(L.beta + io * L.beta_row)[hv];
+    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
+    const void *gate = L.gate + io * L.gate_row;
+    const float b_in = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
     float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         const uint32_t c = first + stride * i;
         q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
         k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
-        g[i] = c < K ? gate[kda ? c : 0u] : 0.0f;
+        g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16) : 0.0f;
         sq += q[i] * q[i];
         sk += k[i] * k[i];
         sqk += q[i] * k[i];

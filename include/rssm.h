@@ -367,7 +367,7 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
  *   ring_k  [slots][H][R][K]    ring dtype
  *   ring_g  [slots][HV][R] (GDN) or [slots][HV][R][K] (KDA), fp32
  *   q, k    [rows][H][K], v and out [rows][HV][V]   io dtype
- *   gate    [rows][HV] (GDN) or [rows][HV][K] (KDA), beta [rows][HV]   fp32
+ *   gate    [rows][HV] (GDN) or [rows][HV][K] (KDA), beta [rows][HV]   gate dtype
  *   A_log   [HV], dt_bias [HV] or [HV][K]   fp32 (RAW gate modes only)
  * Each tensor's last dimension(s) named above for one head (or one row)
  * are contiguous; the slot, head and row strides are the caller's, in
@@ -395,6 +395,9 @@ typedef struct rssm_layer_desc {
     int64_t ring_g_slot_stride, ring_g_head_stride; /* 0: HV (L-1) G, (L-1) G; G = 1 or K */
     int64_t q_row_stride, k_row_stride, v_row_stride, out_row_stride; /* 0: H K, H K, HV V, HV V */
     int64_t gate_row_stride, beta_row_stride;       /* 0: HV G, HV */
+    /* gate and beta: F32 (the default, 0) or BF16, the activation dtype
+     * engines project a and b in */
+    rssm_dtype gate_dtype;
 } rssm_layer_desc;
 
 /* Device pointers (host pointers on the cpu backend) of one launch. The
@@ -404,7 +407,7 @@ typedef struct rssm_layer_tensors {
     void *ring_d, *ring_k;
     float *ring_g;
     const void *q, *k, *v;
-    const float *gate, *beta;
+    const void *gate, *beta;        /* gate dtype */
     const float *A_log, *dt_bias;   /* RAW gate modes; else may be NULL */
     void *out;
     const int32_t *slot_index;      /* [rows] */

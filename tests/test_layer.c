@@ -5,6 +5,7 @@
  * cursor advance follows the flush rule; bad descriptions and arguments are
  * refused with a message. Host pointers: the cpu backend (the cuda path is
  * checked on a GPU by bench/h200/layer_check.py). */
+#include "dtype.h"
 #include "test_support.h"
 
 #include <math.h>
@@ -26,6 +27,7 @@ typedef struct engine {
     float *qkv, *gate, *beta, *out;
     int32_t slot_index[ROWS + 1], write_pos[ROWS + 1], force[ROWS + 1];
     int32_t cursor[SLOTS];     /* per slot, advanced by rssm_layer_advance */
+    const float *A_log, *dt_bias;
     rssm_layer_desc desc;
 } engine;
 
@@ -91,7 +93,7 @@ static rssm_layer_tensors engine_tensors(engine *e, size_t layer_state_elems)
     rssm_layer_tensors t = {
         .state = e->state, .ring_d = e->ring_d, .ring_k = e->ring_k, .ring_g = e->ring_g,
         .q = e->qkv, .k = e->qkv + H * K, .v = e->qkv + 2 * H * K,
-        .gate = e->gate, .beta = e->beta, .out = e->out,
+        .gate = e->gate, .beta = e->beta, .A_log = e->A_log, .dt_bias = e->dt_bias, .out = e->out,
         .slot_index = e->slot_index, .write_pos = e->write_pos, .force = e->force,
     };
     return t;
@@ -106,18 +108,47 @@ static const float *engine_state(const engine *e, uint32_t slot) { return e->sta
  * engine's tensors, from the same states and inputs; the outputs must be
  * the same bits (one backend, one kernel). A fourth, padding row rides
  * along in the layer launch only. */
-static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
+/* The step's gates and beta into the engine's tensors, in its gate dtype;
+ * for bf16 the batch's fp32 copies are rounded to the same values first,
+ * so both sides see the same inputs. */
+static void set_gates(engine *e, ts_inputs *in)
+{
+    const size_t ng = ROWS * e->m.num_v_heads * e->G, nb = ROWS * e->m.num_v_heads;
+    if (e->desc.gate_dtype == RSSM_DTYPE_F32) {
+        memcpy(e->gate, in->gate, ng * sizeof(float));
+        memcpy(e->beta, in->beta, nb * sizeof(float));
+        return;
+    }
+    uint16_t *g = (uint16_t *)(void *)e->gate, *b = (uint16_t *)(void *)e->beta;
+    for (size_t i = 0; i < ng; i++) {
+        g[i] = rssm_f32_to_bf16(in->gate[i]);
+        in->gate[i] = rssm_bf16_to_f32(g[i]);
+    }
+    for (size_t i = 0; i < nb; i++) {
+        b[i] = rssm_f32_to_bf16(in->beta[i]);
+        in->beta[i] = rssm_bf16_to_f32(b[i]);
+    }
+}
+
+static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm_gate_mode mode, rssm_dtype gate_dtype)
 {
     rh_rng rng;
-    rh_rng_seed(&rng, SEED + (uint64_t)kind * 3 + ring_dtype, 0);
+    rh_rng_seed(&rng, SEED + (uint64_t)kind * 3 + ring_dtype * 5 + mode * 7 + gate_dtype, 0);
     rssm_error err;
     rssm_model m = ts_small_model(kind, 1, L);
     m.ring_dtype = ring_dtype;
+    m.gate_mode = mode;
     ts_env env;
     ts_env_open(&env, ts_backend(), &m, SLOTS, RSSM_FLUSH_ALIGNED, ROWS);
     ts_env_alloc_random(&env, SLOTS, &rng);
     engine e;
     engine_open(&e, &m);
+    e.desc.gate_dtype = gate_dtype;
+    float *A_log = NULL, *dt_bias = NULL;
+    if (mode != RSSM_GATE_PRECOMPUTED) {
+        ts_random_gate_params(&m, &rng, &A_log, &dt_bias);
+        TS_OK(rssm_batch_set_gate_params(env.batch, 0, A_log, dt_bias, &err), &err);
+    }
     const size_t n = ts_state_elems(&m);
     float *s = malloc(n * sizeof(float));
     assert_non_null(s);
@@ -126,6 +157,8 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
         memcpy(e.state + (size_t)slot * e.state_slot, s, n * sizeof(float));
         e.cursor[slot] = 0;
     }
+    e.A_log = A_log;
+    e.dt_bias = dt_bias;
     rssm_layer *layer = NULL;
     TS_OK(rssm_layer_can_implement(env.backend, &e.desc, &err), &err);
     TS_OK(rssm_layer_create(env.backend, &e.desc, &layer, &err), &err);
@@ -151,8 +184,7 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
             flushes += e.write_pos[r] == L - 1 || e.force[r];
             forced += e.force[r] && e.write_pos[r] != L - 1;
         }
-        memcpy(e.gate, in.gate, ROWS * HV * e.G * sizeof(float));
-        memcpy(e.beta, in.beta, ROWS * HV * sizeof(float));
+        set_gates(&e, &in);
         /* the padding row: garbage inputs, a negative slot */
         ts_poison(e.qkv + (size_t)ROWS * e.qkv_row, (size_t)e.qkv_row * sizeof(float));
         e.slot_index[ROWS] = -1;
@@ -198,8 +230,7 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
         memcpy(row + H * K, in.kf + r * H * K, H * K * sizeof(float));
         memcpy(row + 2 * H * K, in.vf + r * HV * V, HV * V * sizeof(float));
     }
-    memcpy(e.gate, in.gate, ROWS * HV * e.G * sizeof(float));
-    memcpy(e.beta, in.beta, ROWS * HV * sizeof(float));
+    set_gates(&e, &in);
     ts_step(&env, ROWS, slots, seq, SNAPSHOT, &in, out);
     rssm_layer_tensors t = engine_tensors(&e, n);
     TS_OK(rssm_layer_run(layer, ROWS, &t, NULL, &err), &err);
@@ -210,6 +241,8 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
     }
     free(out);
     free(s);
+    free(A_log);
+    free(dt_bias);
     ts_inputs_free(&in);
     rssm_layer_destroy(&layer);
     assert_null(layer);
@@ -220,15 +253,15 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype)
 static void gdn_matches_batch(void **state)
 {
     (void)state;
-    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F32);
-    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F16);
+    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_GATE_PRECOMPUTED, RSSM_DTYPE_F32);
+    check_against_batch(RSSM_GATE_GDN, RSSM_DTYPE_F16, RSSM_GATE_RAW, RSSM_DTYPE_BF16);
 }
 
 static void kda_matches_batch(void **state)
 {
     (void)state;
-    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_F32);
-    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_BF16);
+    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_F32, RSSM_GATE_RAW_SAFE, RSSM_DTYPE_F32);
+    check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED, RSSM_DTYPE_BF16);
 }
 
 /* Descriptions the library must refuse, each with its own message. */
@@ -267,6 +300,10 @@ static void bad_descriptions(void **state)
     x.ring_d_head_stride = (int64_t)((L - 2) * V); /* shorter than the ring */
     TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     assert_non_null(strstr(err.message, "ring_d"));
+    x = d;
+    x.gate_dtype = RSSM_DTYPE_F16;
+    TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_non_null(strstr(err.message, "gate_dtype"));
     x = d;
     x.out_row_stride = (int64_t)(HV * V - 1);
     TS_EXPECT(rssm_layer_can_implement(b, &x, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
