@@ -159,7 +159,9 @@ _Static_assert(sizeof(rssm_row_header) == 4 * RSSM_ROW_WORDS, "row header layout
  * The rows: row r's slot, write_pos and force are the 32-bit words at
  * r * row_stride in row_slot, row_write_pos and row_force (NULL: no row is
  * forced); its step-array row is row_io[r * row_stride], or r when row_io
- * is NULL. A slot outside 0..slots-1 (as int32: a negative index) marks a
+ * is NULL. A row_stride of RSSM_ROW_WORDS means the rows of a step header
+ * (row_slot at a row's first word, 16-byte aligned), which the GPU kernels
+ * read as one 16-byte load per row. A slot outside 0..slots-1 (as int32: a negative index) marks a
  * padding row: the kernels zero its output and touch no slot. The row
  * count is *rows_dev when rows_dev is not NULL (the step header's, which
  * the host refreshes between replays of a recorded program), else rows.

@@ -131,10 +131,15 @@ __device__ __forceinline__ uint32_t row_meta_flag(const RowStep &s)
     return s.pad ? kMetaPad : s.flush ? kMetaFlush : 0u;
 }
 
-/* Row r's words in the RSSM_ROW_* order of the step header. */
+/* Row r's words in the RSSM_ROW_* order of the step header: the header's
+ * row in one 16-byte load (a row stride of RSSM_ROW_WORDS is the header's,
+ * rssm_layout.h), a caller's rows from its arrays. */
 __device__ __forceinline__ uint4 row_words(const rssm_layer_io &io, uint32_t r)
 {
+    static_assert(RSSM_ROW_WORDS == 4u && RSSM_HEADER_WORDS % 4u == 0u, "a header row is one uint4");
     const size_t at = (size_t)r * io.row_stride;
+    if (io.row_stride == RSSM_ROW_WORDS)
+        return *reinterpret_cast<const uint4 *>(io.row_slot + at);
     return make_uint4(io.row_slot[at], io.row_write_pos[at], io.row_force ? io.row_force[at] : 0u,
                       io.row_io ? io.row_io[at] : r);
 }
@@ -161,6 +166,13 @@ __device__ __forceinline__ RowStep row_step(const rssm_kernel_params &p, const r
 __device__ __forceinline__ uint32_t launch_rows(const rssm_kernel_params &p, const rssm_layer_io &io)
 {
     return min(io.rows_dev ? *io.rows_dev : io.rows, p.max_rows);
+}
+
+/* Whether row r's words may be loaded before the row count is known: a
+ * step header has max_rows rows, a caller's arrays only the launch's. */
+__device__ __forceinline__ bool row_loadable(const rssm_kernel_params &p, const rssm_layer_io &io, uint32_t r)
+{
+    return r < (io.rows_dev ? p.max_rows : min(io.rows, p.max_rows));
 }
 
 /* Where (slot, head) of a state tensor starts. */

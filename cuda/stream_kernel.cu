@@ -137,7 +137,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
      * must not wait for the row count. */
     const uint32_t rows = launch_rows(p, L);
     uint4 hr = make_uint4(0, 0, 0, 0);
-    if (r < p.max_rows)
+    if (row_loadable(p, L, r))
         hr = row_words(L, r);
     if (r >= rows)
         return;
@@ -378,9 +378,14 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t r = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / H);
     const rssm_layer_io &L = a.b.io;
-    if (r >= launch_rows(p, L))
+    /* the row's load issued with the row count's, as in the stream kernel */
+    const uint32_t rows = launch_rows(p, L);
+    uint4 hr = make_uint4(0, 0, 0, 0);
+    if (row_loadable(p, L, r))
+        hr = row_words(L, r);
+    if (r >= rows)
         return; /* the whole CTA */
-    const RowStep row = row_step(p, L, r);
+    const RowStep row = row_decode(p, L, hr);
     if (row.pad)
         return; /* the stream kernel zeroes its output */
     const uint32_t slot = row.slot, n = row.n, io = row.io;

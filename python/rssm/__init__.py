@@ -1,0 +1,61 @@
+"""rssm: the ReplaySSM decode step of Gated DeltaNet / Kimi Delta Attention
+layers, from Python, on the caller's arrays (docs/python.md).
+
+    fused_recurrent_gated_delta_rule_replayssm(...)  one layer, vLLM's names
+    advance(cursor, ...)                             the cursors, after the last layer
+    Layer(LayerDesc(...), "cpu").run(...)            the lower level: separate q, k, v,
+                                                     precomputed or raw gates
+
+Bindings are ctypes over librssm.so: the one in this package's folder, or
+$RSSM_LIBRARY. Arrays are read in place through torch's tensor API,
+__cuda_array_interface__ or __array_interface__.
+"""
+
+from __future__ import annotations
+
+import sys as _sys
+
+from . import _arrays, _lib
+from . import layer as _layer
+from ._lib import Error, backend_names, library_path
+from .layer import Backend, Layer, LayerDesc, backend, can_implement, clear_cache
+from .replayssm import fused_recurrent_gated_delta_rule_replayssm
+
+__version__ = _lib.version_string()
+
+__all__ = [
+    "Backend", "Error", "Layer", "LayerDesc", "__version__", "advance", "backend", "backend_names",
+    "can_implement", "clear_cache", "fused_recurrent_gated_delta_rule_replayssm", "library_path",
+    "register_torch_ops",
+]
+
+
+def advance(cursor, ssm_state_indices, write_pos, force_flush=None, *, ring_len: int, backend: str | None = None,
+            stream=None):
+    """After a step's last layer: for every row that is not padding,
+    cursor[ssm_state_indices[r]] = 0 if the row flushed (write_pos[r] ==
+    ring_len - 1 or force_flush[r]) else write_pos[r] + 1, on the device,
+    with a layer of ring_len over len(cursor) slots that this process has
+    run (rssm_layer_advance). cursor: int32 [slots]. Returns cursor."""
+    ops = _arrays.torch_ops_for(cursor)
+    if ops is not None:
+        if stream is not None:
+            raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
+        ops.advance(cursor, ssm_state_indices, write_pos, force_flush, int(ring_len), backend or "")
+        return cursor
+    return _layer.advance(cursor, ssm_state_indices, write_pos, force_flush, ring_len=ring_len,
+                          backend_name=backend, stream=stream)
+
+
+def register_torch_ops() -> bool:
+    """Registers the torch custom ops rssm::replayssm_decode and
+    rssm::replayssm_advance (importing torch). Done on import when torch is
+    already imported, else on the first call with a torch tensor; call it
+    yourself before torch.compile if rssm was imported first. False when
+    this torch has no torch.library.custom_op (torch < 2.4)."""
+    from . import _torch_ops
+    return _torch_ops.available()
+
+
+if "torch" in _sys.modules:
+    register_torch_ops()

@@ -1,0 +1,105 @@
+"""Wrong calls fail with an error that names what is wrong: shapes, dtypes
+and layouts in Python before any address reaches C, the rest from rssm
+itself (rssm.Error with its status name and message)."""
+
+import numpy as np
+import pytest
+
+import rssm
+from rssm import layer as rssm_layer
+
+H, HV, K, V, SLOTS, L = 2, 4, 8, 4, 4, 3
+
+
+def call(**over):
+    """A valid GDN call with fp32 everything, with some arguments replaced."""
+    rng = np.random.default_rng(0)
+    B = 2
+    args = dict(
+        mixed_qkv=rng.uniform(-1, 1, (B, 2 * H * K + HV * V)).astype(np.float32),
+        a=rng.uniform(-1, 1, (B, HV)).astype(np.float32), b=rng.uniform(-1, 1, (B, HV)).astype(np.float32),
+        A_log=np.zeros(HV, np.float32), dt_bias=np.zeros(HV, np.float32), scale=None,
+        initial_state=np.zeros((SLOTS, HV, V, K), np.float32),
+        d_cache=np.zeros((SLOTS, HV, L, V), np.float32), k_cache=np.zeros((SLOTS, H, L, K), np.float32),
+        g_cache=np.zeros((SLOTS, HV, L), np.float32), out=np.zeros((B, HV, V), np.float32),
+        ssm_state_indices=np.array([0, 1], np.int32), write_pos=np.array([0, 0], np.int32))
+    args.update(over)
+    return rssm.fused_recurrent_gated_delta_rule_replayssm(**args)
+
+
+def test_valid_call_runs():
+    call()
+
+
+@pytest.mark.parametrize("over, exc, match", [
+    (dict(mixed_qkv=np.zeros((2, 2 * H * K + HV * V + 4), np.float32)), ValueError,
+     r"mixed_qkv has 52 columns, expected 2\*H\*K \+ HV\*V = 48 \(H=2 from k_cache, HV=4, V=4, K=8"),
+    (dict(mixed_qkv=np.zeros((2, 48), np.float64)), TypeError, r"mixed_qkv is fp64, expected fp32 or bf16"),
+    (dict(mixed_qkv=np.zeros((48, 2), np.float32).T), ValueError, r"mixed_qkv .*each row must be contiguous"),
+    (dict(mixed_qkv=[[0.0] * 48] * 2), TypeError, r"mixed_qkv: expected an array"),
+    (dict(out=np.zeros((2, HV, V + 4), np.float32)), ValueError, r"out has shape \[2, 4, 8\], expected \[2, 4, 4\] or \[2, 16\]"),
+    (dict(out=np.zeros((2, HV, V), np.float16)), TypeError, r"out is fp16, expected fp32"),
+    (dict(initial_state=np.zeros((SLOTS, HV, K, V), np.float32).transpose(0, 1, 3, 2)), ValueError,
+     r"initial_state .*each head's block must be contiguous"),
+    (dict(initial_state=np.zeros((SLOTS, HV, V), np.float32)), ValueError, r"initial_state has shape \[4, 4, 4\], expected \[slots, HV, V, K\]"),
+    (dict(k_cache=np.zeros((SLOTS, H, L, K), np.float16)), TypeError, r"k_cache is fp16 but d_cache is fp32"),
+    (dict(g_cache=np.zeros((SLOTS, HV, L), np.float16)), TypeError, r"g_cache is fp16, expected fp32"),
+    (dict(d_cache=np.zeros((SLOTS - 1, HV, L, V), np.float32)), ValueError, r"d_cache has shape \[3, 4, 3, 4\], expected \[4, 4, R, 4\] with R >= 2"),
+    (dict(d_cache=np.zeros((SLOTS, HV, 1, V), np.float32), ring_len=3), ValueError, r"with R >= 2"),
+    (dict(a=np.zeros((2, HV + 1), np.float32)), ValueError, r"a has shape \[2, 5\], expected \[2, 4\]"),
+    (dict(A_log=np.zeros(HV + 1, np.float32)), ValueError, r"A_log .*expected a contiguous array of shape \[4\]"),
+    (dict(A_log=None), ValueError, r"gate_mode 'raw' needs A_log and dt_bias"),
+    (dict(ssm_state_indices=np.zeros(2, np.float32)), TypeError, r"ssm_state_indices is fp32, expected int32"),
+    (dict(write_pos=np.zeros(3, np.int32)), ValueError, r"write_pos .*expected a contiguous array of 2"),
+    (dict(gate_kind="mamba"), ValueError, r"gate_kind 'mamba'"),
+    (dict(g_cache=np.zeros((SLOTS, HV, L, K), np.float32)), ValueError, r"g_cache has shape .*\[slots, HV, R\] \(GDN\)"),
+    (dict(mixed_qkv=np.broadcast_to(np.zeros(48, np.float32), (2, 48))), ValueError, r"stride 0"),
+])
+def test_python_side_checks(over, exc, match):
+    with pytest.raises(exc, match=match):
+        call(**over)
+    assert rssm_layer.cached_layers() == [], "a refused call leaves no layer object behind"
+
+
+def test_errors_from_rssm_carry_status_and_message():
+    # The CPU backend refuses a write_pos outside the ring and a slot named twice (rssm.h).
+    with pytest.raises(rssm.Error) as e:
+        call(write_pos=np.array([0, L], np.int32))
+    assert e.value.status_name == "invalid argument" and e.value.function == "rssm_layer_run"
+    assert e.value.message and e.value.message in str(e.value)
+    with pytest.raises(rssm.Error) as e:
+        call(ssm_state_indices=np.array([1, 1], np.int32))
+    assert e.value.status_name == "invalid argument" and e.value.message
+
+
+def test_invalid_model_is_reported_by_rssm():
+    # K = 6 is not a multiple of 4: rssm's model validation names the field.
+    desc = rssm.LayerDesc(num_qk_heads=1, num_v_heads=1, head_k=6, head_v=4, slots=1, max_rows=1)
+    with pytest.raises(rssm.Error, match="head_k") as e:
+        rssm.Layer(desc, "cpu")
+    assert e.value.status_name == "invalid argument"
+    with pytest.raises(rssm.Error, match="head_k"):
+        rssm.can_implement(desc, "cpu")
+
+
+def test_unknown_backend():
+    with pytest.raises(rssm.Error) as e:
+        rssm.backend("no-such-backend")
+    assert e.value.status_name == "invalid argument" and "no-such-backend" in str(e.value)
+
+
+def test_desc_enum_names():
+    with pytest.raises(ValueError, match=r"LayerDesc.ring_dtype = 'fp8'"):
+        rssm.LayerDesc(num_qk_heads=1, num_v_heads=1, head_k=4, head_v=4, slots=1, max_rows=1, ring_dtype="fp8")
+
+
+def test_advance_needs_a_layer_that_ran():
+    with pytest.raises(ValueError, match="advance: no layer with ring_len 3 over 4 slots"):
+        rssm.advance(np.zeros(SLOTS, np.int32), np.array([0], np.int32), np.array([0], np.int32), ring_len=3)
+
+
+def test_rows_over_max_rows():
+    with pytest.raises(ValueError, match=r"3 rows, but the layer's description allows at most 2"):
+        call(mixed_qkv=np.zeros((3, 48), np.float32), a=np.zeros((3, HV), np.float32),
+             b=np.zeros((3, HV), np.float32), out=np.zeros((3, HV, V), np.float32),
+             ssm_state_indices=np.array([0, 1, 2], np.int32), write_pos=np.zeros(3, np.int32), max_rows=2)

@@ -1,0 +1,331 @@
+"""torch tensors: the custom ops rssm::replayssm_decode / replayssm_advance
+(opcheck, torch.compile), bf16, and where a GPU and a CUDA build are there
+(RSSM_LIBRARY), the cuda backend and CUDA graph capture. Skipped without
+torch."""
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rssm  # noqa: E402
+from rssm_reference import prepare_qk, raw_gates, step  # noqa: E402
+from test_decode import Engine  # noqa: E402
+
+HAVE_CUDA = torch.cuda.is_available() and any(n.startswith("cuda") for n in rssm.backend_names())
+needs_cuda = pytest.mark.skipif(not HAVE_CUDA, reason="needs a GPU and librssm.so built with CUDA (RSSM_LIBRARY)")
+
+
+def as_torch(e: Engine):
+    """The engine's NumPy arrays as torch tensors on the same memory."""
+    t = torch.from_numpy
+    return dict(A_log=t(e.A_log), dt_bias=t(e.dt_bias), initial_state=t(e.state), d_cache=t(e.d_cache),
+                k_cache=t(e.k_cache), g_cache=t(e.g_cache))
+
+
+def decode_args(e, tensors, mixed_qkv, a, b, idx, write_pos, force, out):
+    return (mixed_qkv, a, b, tensors["A_log"], tensors["dt_bias"], None, tensors["initial_state"],
+            tensors["d_cache"], tensors["k_cache"], tensors["g_cache"], out, idx, write_pos, force)
+
+
+def test_ops_registered():
+    assert rssm.register_torch_ops()
+    assert hasattr(torch.ops.rssm, "replayssm_decode") and hasattr(torch.ops.rssm, "replayssm_advance")
+
+
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_cpu_tensors_through_the_op(gate_kind):
+    rng = np.random.default_rng(20)
+    e = Engine(rng, gate_kind=gate_kind)
+    t = as_torch(e)
+    cursor = torch.from_numpy(e.cursor)
+    for it in range(2 * e.L + 1):
+        B = 3
+        idx = rng.choice(e.slots, B, replace=False).astype(np.int32)
+        mixed_qkv, a, b = e.inputs(B)
+        expect = e.reference(mixed_qkv, a, b, idx)
+        write_pos = torch.from_numpy(e.cursor[idx].copy())
+        force = torch.from_numpy(rng.random(B) < 0.2)  # bool: converted to int32
+        out = torch.empty(B, e.HV, e.V)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            *decode_args(e, t, torch.from_numpy(mixed_qkv), torch.from_numpy(a), torch.from_numpy(b),
+                         torch.from_numpy(idx), write_pos, force, out), gate_kind=gate_kind)
+        rssm.advance(cursor, torch.from_numpy(idx), write_pos, force, ring_len=e.L)
+        e.check_out(out.numpy(), expect)
+        e.check_encoded_state()
+
+
+def test_opcheck():
+    """torch's own check of the op's schema, fake implementation and
+    declared mutations. No row flushes, so repeated runs agree."""
+    rng = np.random.default_rng(21)
+    e = Engine(rng)
+    t = as_torch(e)
+    for r in e.d_cache, e.k_cache, e.g_cache:
+        r[...] = 0.0  # opcheck compares whole tensors: no NaN
+    mixed_qkv, a, b = e.inputs(2)
+    idx = torch.tensor([1, 3], dtype=torch.int32)
+    write_pos = torch.tensor([0, 1], dtype=torch.int32)
+    args = (torch.from_numpy(mixed_qkv), torch.from_numpy(a), torch.from_numpy(b), t["A_log"], t["dt_bias"],
+            t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.empty(2, e.HV, e.V), idx, write_pos,
+            None, None, 0.0, "gdn", "raw", 0.0, True, 0, 0, "")
+    torch.library.opcheck(torch.ops.rssm.replayssm_decode.default, args)
+
+
+def test_torch_compile_fullgraph():
+    rng = np.random.default_rng(22)
+    e1, e2 = Engine(np.random.default_rng(5)), Engine(np.random.default_rng(5))
+    t1, t2 = as_torch(e1), as_torch(e2)
+
+    def one_step(t, cursor, mixed_qkv, a, b, idx, force, out):
+        write_pos = cursor[idx.long()]
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed_qkv, a, b, t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"], t["k_cache"],
+            t["g_cache"], out, idx, write_pos, force)
+        rssm.advance(cursor, idx, write_pos, force, ring_len=4)
+        return out * 2.0  # something for the graph to do with the result
+
+    compiled = torch.compile(one_step, backend="aot_eager", fullgraph=True)
+    c1, c2 = torch.from_numpy(e1.cursor), torch.from_numpy(e2.cursor)
+    for it in range(6):
+        mixed_qkv, a, b = (torch.from_numpy(x) for x in e1.inputs(3))
+        idx = torch.from_numpy(rng.choice(e1.slots, 3, replace=False).astype(np.int32))
+        force = torch.from_numpy((rng.random(3) < 0.3).astype(np.int32))
+        o1 = one_step(t1, c1, mixed_qkv, a, b, idx, force, torch.empty(3, 4, 8))
+        o2 = compiled(t2, c2, mixed_qkv, a, b, idx, force, torch.empty(3, 4, 8))
+        torch.testing.assert_close(o1, o2, rtol=0, atol=0)
+        assert torch.equal(c1, c2)
+    np.testing.assert_array_equal(e1.state, e2.state)
+
+
+def bf16_step_check(device, backend):
+    """bf16 io and state, fp16 ring: the op against the float64 reference
+    of the same bf16 values."""
+    rng = np.random.default_rng(23)
+    H, HV, K, V, slots, L, B = 2, 4, 16, 8, 4, 4, 3
+    dev = torch.device(device)
+    state = torch.from_numpy(rng.uniform(-0.05, 0.05, (slots, HV, V, K)).astype(np.float32)).to(torch.bfloat16)
+    ref = state.double().numpy()
+    state = state.to(dev)
+    d_cache = torch.zeros(slots, HV, L, V, dtype=torch.float16, device=dev)
+    k_cache = torch.zeros(slots, H, L, K, dtype=torch.float16, device=dev)
+    g_cache = torch.zeros(slots, HV, L, device=dev)
+    A_log = torch.from_numpy(rng.uniform(-1, 0.5, HV).astype(np.float32))
+    dt_bias = torch.from_numpy(rng.uniform(-0.5, 0.5, HV).astype(np.float32))
+    cursor = torch.zeros(slots, dtype=torch.int32, device=dev)
+    for it in range(2 * L):
+        mixed = torch.from_numpy(rng.uniform(-1, 1, (B, 2 * H * K + HV * V)).astype(np.float32)).to(torch.bfloat16)
+        a = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(torch.bfloat16)  # bf16 gates
+        b = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(torch.bfloat16)
+        idx = torch.from_numpy(rng.choice(slots, B, replace=False).astype(np.int32))
+        out = torch.empty(B, HV, V, dtype=torch.bfloat16, device=dev)
+        write_pos = cursor.cpu()[idx.long()].to(dev)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed.to(dev), a.to(dev), b.to(dev), A_log.to(dev), dt_bias.to(dev), None, state, d_cache, k_cache,
+            g_cache, out, idx.to(dev), write_pos, None, backend=backend)
+        rssm.advance(cursor, idx.to(dev), write_pos, ring_len=L, backend=backend)
+        m = mixed.double().numpy()
+        q, k = prepare_qk(m[:, :H * K].reshape(B, H, K), m[:, H * K:2 * H * K].reshape(B, H, K))
+        g, beta = raw_gates(a.float().numpy(), b.float().numpy(), A_log.numpy(), dt_bias.numpy(), False)
+        for r in range(B):
+            o = step(ref[int(idx[r])], q[r], k[r], m[r, 2 * H * K:].reshape(HV, V), g[r], beta[r])
+            np.testing.assert_allclose(out[r].double().cpu().numpy(), o, rtol=2e-2, atol=2e-2 * np.abs(o).max())
+
+
+def test_bf16_cpu():
+    bf16_step_check("cpu", None)
+
+
+@needs_cuda
+def test_bf16_cuda():
+    bf16_step_check("cuda", None)
+
+
+CUDA_BACKENDS = [n for n in rssm.backend_names() if n.startswith("cuda")] if HAVE_CUDA else []
+
+
+@needs_cuda
+@pytest.mark.parametrize("B", [5, 40])
+@pytest.mark.parametrize("backend", CUDA_BACKENDS)
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_cuda_matches_reference(gate_kind, backend, B):
+    """Every CUDA kernel family, a small and a larger batch (40 rows of 8
+    value heads: more (row, head) units than SMs), on strided tensors: the
+    state and rings every other slot of a larger pool, mixed_qkv a window of
+    a wider buffer (16-byte aligned, as the CUDA kernels need)."""
+    rng = np.random.default_rng(24)
+    slots = 48
+    dev = torch.device("cuda")
+    H, HV, K, V, L = 4, 8, 64, 32, 6
+    e = Engine(rng, gate_kind=gate_kind, H=H, HV=HV, K=K, V=V, slots=slots, L=L)
+    for r in e.d_cache, e.k_cache, e.g_cache:
+        r[...] = 0.0
+    big = lambda x: torch.zeros((2 * x.shape[0],) + x.shape[1:], dtype=x.dtype, device=dev)  # noqa: E731
+    t = {n: x.to(dev) for n, x in as_torch(e).items()}
+    for n in ("initial_state", "d_cache", "k_cache", "g_cache"):
+        pool = big(t[n])
+        pool[1::2] = t[n]
+        t[n] = pool[1::2]
+    cursor = torch.zeros(slots, dtype=torch.int32, device=dev)
+    width = 2 * H * K + HV * V
+    for it in range(3 * L):
+        idx = rng.choice(slots, B, replace=False).astype(np.int32)
+        idx[2] = -1
+        buf = torch.zeros(B, width + 8, device=dev)
+        mixed_qkv, a, b = e.inputs(B)
+        buf[:, 4:4 + width] = torch.from_numpy(mixed_qkv).to(dev)
+        expect = e.reference(mixed_qkv, a, b, idx)
+        write_pos = cursor[torch.from_numpy(np.maximum(idx, 0)).long().to(dev)]
+        force = torch.from_numpy((rng.random(B) < 0.2).astype(np.int32)).to(dev)
+        out = torch.full((B, HV, V), 7.0, device=dev)
+        idx_d = torch.from_numpy(idx).to(dev)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            *decode_args(e, t, buf[:, 4:4 + width], torch.from_numpy(a).to(dev), torch.from_numpy(b).to(dev),
+                         idx_d, write_pos, force, out), gate_kind=gate_kind, backend=backend)
+        rssm.advance(cursor, idx_d, write_pos, force, ring_len=L, backend=backend)
+        e.check_out(out.cpu().numpy(), expect)
+    # every slot flushed: the checkpoints are the true states
+    state_before = t["initial_state"].clone()
+    for first in range(0, slots, B):
+        rows = np.arange(first, min(first + B, slots), dtype=np.int32)
+        idx_d = torch.from_numpy(rows).to(dev)
+        mixed_qkv, a, b = e.inputs(len(rows))
+        expect = e.reference(mixed_qkv, a, b, rows)
+        out = torch.empty(len(rows), HV, V, device=dev)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            *decode_args(e, t, torch.from_numpy(mixed_qkv).to(dev), torch.from_numpy(a).to(dev),
+                         torch.from_numpy(b).to(dev), idx_d, cursor[idx_d.long()],
+                         torch.ones(len(rows), device=dev, dtype=torch.int32), out),
+            gate_kind=gate_kind, backend=backend)
+        e.check_out(out.cpu().numpy(), expect)
+    assert not torch.equal(state_before, t["initial_state"])
+    np.testing.assert_allclose(t["initial_state"].cpu().numpy(), e.ref, rtol=1e-4, atol=1e-4 * np.abs(e.ref).max())
+
+
+@needs_cuda
+def test_cuda_graph_capture_and_replay():
+    """One step captured in a CUDA graph (decode + advance), replayed with new
+    inputs copied into the static tensors, against the same steps run eagerly."""
+    rng = np.random.default_rng(25)
+    dev = torch.device("cuda")
+    eg, ee = Engine(np.random.default_rng(9), slots=4, L=4), Engine(np.random.default_rng(9), slots=4, L=4)
+    for e in eg, ee:
+        for r in e.d_cache, e.k_cache, e.g_cache:
+            r[...] = 0.0
+    tg = {n: x.to(dev) for n, x in as_torch(eg).items()}
+    te = {n: x.to(dev) for n, x in as_torch(ee).items()}
+    B = 3
+    static = dict(mixed=torch.zeros(B, 2 * 2 * 16 + 4 * 8, device=dev), a=torch.zeros(B, 4, device=dev),
+                  b=torch.zeros(B, 4, device=dev), idx=torch.zeros(B, dtype=torch.int32, device=dev),
+                  force=torch.zeros(B, dtype=torch.int32, device=dev), out=torch.zeros(B, 4, 8, device=dev))
+    cursor_g = torch.zeros(4, dtype=torch.int32, device=dev)
+    cursor_e = cursor_g.clone()
+
+    def step_fn(t, cursor, mixed, a, b, idx, force, out):
+        write_pos = cursor[idx.long()]
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed, a, b, t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"], t["k_cache"],
+            t["g_cache"], out, idx, write_pos, force)
+        rssm.advance(cursor, idx, write_pos, force, ring_len=4)
+
+    # Warm up on a side stream (creates the layer objects), as torch asks before capture.
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        scratch = {n: x.clone() for n, x in tg.items()}
+        step_fn(scratch, cursor_g.clone(), static["mixed"], static["a"], static["b"], static["idx"],
+                static["force"], static["out"])
+    torch.cuda.current_stream().wait_stream(s)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        step_fn(tg, cursor_g, static["mixed"], static["a"], static["b"], static["idx"], static["force"],
+                static["out"])
+    for it in range(10):
+        mixed, a, b = (torch.from_numpy(x).to(dev) for x in eg.inputs(B))
+        idx = torch.from_numpy(rng.choice(4, B, replace=False).astype(np.int32)).to(dev)
+        force = torch.from_numpy((rng.random(B) < 0.3).astype(np.int32)).to(dev)
+        for n, x in (("mixed", mixed), ("a", a), ("b", b), ("idx", idx), ("force", force)):
+            static[n].copy_(x)
+        graph.replay()
+        out_e = torch.empty(B, 4, 8, device=dev)
+        step_fn(te, cursor_e, mixed, a, b, idx, force, out_e)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static["out"], out_e, rtol=0, atol=0)
+        assert torch.equal(cursor_g, cursor_e)
+    torch.testing.assert_close(tg["initial_state"], te["initial_state"], rtol=0, atol=0)
+
+
+@needs_cuda
+@pytest.mark.filterwarnings("ignore:The CUDA Graph is empty")
+def test_capture_without_warm_up_is_refused():
+    """A description's first call creates its layer object (device memory),
+    which a capture forbids: rssm says so instead of breaking the capture."""
+    rng = np.random.default_rng(26)
+    e = Engine(rng, slots=4)
+    dev = torch.device("cuda")
+    t = {n: x.to(dev) for n, x in as_torch(e).items()}
+    mixed_qkv, a, b = (torch.from_numpy(x).to(dev) for x in e.inputs(2))
+    idx = torch.tensor([0, 1], dtype=torch.int32, device=dev)
+    write_pos = torch.zeros(2, dtype=torch.int32, device=dev)
+    out = torch.empty(2, e.HV, e.V, device=dev)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(RuntimeError, match="during CUDA graph capture"):
+        with torch.cuda.graph(graph):
+            rssm.fused_recurrent_gated_delta_rule_replayssm(
+                *decode_args(e, t, mixed_qkv, a, b, idx, write_pos, None, out))
+
+
+def test_ops_registered_when_torch_comes_after_rssm():
+    """rssm imported before torch: the first call with a torch tensor registers the ops."""
+    import subprocess
+    import sys
+    code = "\n".join([
+        "import sys; sys.path.insert(0, %r)" % str(__import__("pathlib").Path(__file__).parent),
+        "import numpy as np, rssm",
+        "assert 'torch' not in sys.modules",
+        "import torch",
+        "from test_decode import Engine",
+        "e = Engine(np.random.default_rng(0))",
+        "m, a, b = (torch.from_numpy(x) for x in e.inputs(1))",
+        "t = lambda x: torch.from_numpy(x)",
+        "rssm.fused_recurrent_gated_delta_rule_replayssm(m, a, b, t(e.A_log), t(e.dt_bias), None, t(e.state),"
+        " t(e.d_cache), t(e.k_cache), t(e.g_cache), torch.empty(1, e.HV, e.V), torch.tensor([0], dtype=torch.int32),"
+        " torch.tensor([0], dtype=torch.int32))",
+        "assert hasattr(torch.ops.rssm, 'replayssm_decode')",
+    ])
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+@needs_cuda
+def test_torch_compile_inductor_cuda():
+    """torch.compile with inductor, fullgraph, on CUDA tensors: the same as eager, bit for bit."""
+    dev = torch.device("cuda")
+    e1, e2 = Engine(np.random.default_rng(6)), Engine(np.random.default_rng(6))
+    for e in e1, e2:
+        for r in e.d_cache, e.k_cache, e.g_cache:
+            r[...] = 0.0
+    t1 = {n: x.to(dev) for n, x in as_torch(e1).items()}
+    t2 = {n: x.to(dev) for n, x in as_torch(e2).items()}
+    c1 = torch.zeros(e1.slots, dtype=torch.int32, device=dev)
+    c2 = c1.clone()
+
+    def one_step(t, cursor, mixed_qkv, a, b, idx, force, out):
+        write_pos = cursor[idx.long()]
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed_qkv, a, b, t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"], t["k_cache"],
+            t["g_cache"], out, idx, write_pos, force)
+        rssm.advance(cursor, idx, write_pos, force, ring_len=4)
+        return torch.nn.functional.silu(out)
+
+    compiled = torch.compile(one_step, fullgraph=True)
+    rng = np.random.default_rng(27)
+    for it in range(8):
+        mixed_qkv, a, b = (torch.from_numpy(x).to(dev) for x in e1.inputs(3))
+        idx = torch.from_numpy(rng.choice(e1.slots, 3, replace=False).astype(np.int32)).to(dev)
+        force = torch.from_numpy((rng.random(3) < 0.3).astype(np.int32)).to(dev)
+        o1 = one_step(t1, c1, mixed_qkv, a, b, idx, force, torch.empty(3, 4, 8, device=dev))
+        o2 = compiled(t2, c2, mixed_qkv, a, b, idx, force, torch.empty(3, 4, 8, device=dev))
+        torch.testing.assert_close(o1, o2)
+        assert torch.equal(c1, c2)
+    torch.testing.assert_close(t1["initial_state"], t2["initial_state"], rtol=0, atol=0)
