@@ -86,9 +86,8 @@ static void engine_close(engine *e)
     free(e->out);
 }
 
-static rssm_layer_tensors engine_tensors(engine *e, size_t layer_state_elems)
+static rssm_layer_tensors engine_tensors(engine *e)
 {
-    (void)layer_state_elems;
     const size_t H = e->m.num_qk_heads, K = e->m.head_k;
     rssm_layer_tensors t = {
         .state = e->state, .ring_d = e->ring_d, .ring_k = e->ring_k, .ring_g = e->ring_g,
@@ -130,6 +129,20 @@ static void set_gates(engine *e, ts_inputs *in)
     }
 }
 
+/* The step's inputs into the engine's packed rows ([q | k | v] per row)
+ * and gate tensors. */
+static void set_step(engine *e, ts_inputs *in)
+{
+    const size_t H = e->m.num_qk_heads, HV = e->m.num_v_heads, K = e->m.head_k, V = e->m.head_v;
+    for (uint32_t r = 0; r < ROWS; r++) {
+        float *row = e->qkv + (size_t)r * e->qkv_row;
+        memcpy(row, in->qf + r * H * K, H * K * sizeof(float));
+        memcpy(row + H * K, in->kf + r * H * K, H * K * sizeof(float));
+        memcpy(row + 2 * H * K, in->vf + r * HV * V, HV * V * sizeof(float));
+    }
+    set_gates(e, in);
+}
+
 static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm_gate_mode mode, rssm_dtype gate_dtype)
 {
     rh_rng rng;
@@ -167,24 +180,20 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm
     uint64_t seq[ROWS] = {5, 9, 12};
     ts_inputs in;
     ts_inputs_alloc(&in, &m, ROWS);
-    const size_t H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    const size_t HV = m.num_v_heads, V = m.head_v;
     float *out = malloc(ts_out_elems(&m, ROWS) * sizeof(float));
     assert_non_null(out);
     int flushes = 0, forced = 0;
     for (int step = 0; step < STEPS; step++) {
         ts_inputs_random(&in, &rng);
+        set_step(&e, &in);
         for (uint32_t r = 0; r < ROWS; r++) {
-            float *row = e.qkv + (size_t)r * e.qkv_row;
-            memcpy(row, in.qf + r * H * K, H * K * sizeof(float));
-            memcpy(row + H * K, in.kf + r * H * K, H * K * sizeof(float));
-            memcpy(row + 2 * H * K, in.vf + r * HV * V, HV * V * sizeof(float));
             e.slot_index[r] = (int32_t)slots[r];
             e.write_pos[r] = e.cursor[slots[r]];
             e.force[r] = seq[r] % SNAPSHOT == 0;
             flushes += e.write_pos[r] == L - 1 || e.force[r];
             forced += e.force[r] && e.write_pos[r] != L - 1;
         }
-        set_gates(&e, &in);
         /* the padding row: garbage inputs, a negative slot */
         ts_poison(e.qkv + (size_t)ROWS * e.qkv_row, (size_t)e.qkv_row * sizeof(float));
         e.slot_index[ROWS] = -1;
@@ -193,7 +202,7 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm
         ts_poison(e.out, (size_t)e.out_row * (ROWS + 1) * sizeof(float));
 
         ts_step(&env, ROWS, slots, seq, SNAPSHOT, &in, out);
-        rssm_layer_tensors t = engine_tensors(&e, n);
+        rssm_layer_tensors t = engine_tensors(&e);
         TS_OK(rssm_layer_run(layer, ROWS + 1, &t, NULL, &err), &err);
         TS_OK(rssm_layer_advance(layer, ROWS + 1, e.slot_index, e.write_pos, e.force, e.cursor, NULL, &err), &err);
 
@@ -224,15 +233,9 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm
         seq[r] = SNAPSHOT * 10;
     }
     ts_inputs_random(&in, &rng);
-    for (uint32_t r = 0; r < ROWS; r++) {
-        float *row = e.qkv + (size_t)r * e.qkv_row;
-        memcpy(row, in.qf + r * H * K, H * K * sizeof(float));
-        memcpy(row + H * K, in.kf + r * H * K, H * K * sizeof(float));
-        memcpy(row + 2 * H * K, in.vf + r * HV * V, HV * V * sizeof(float));
-    }
-    set_gates(&e, &in);
+    set_step(&e, &in);
     ts_step(&env, ROWS, slots, seq, SNAPSHOT, &in, out);
-    rssm_layer_tensors t = engine_tensors(&e, n);
+    rssm_layer_tensors t = engine_tensors(&e);
     TS_OK(rssm_layer_run(layer, ROWS, &t, NULL, &err), &err);
     for (uint32_t slot = 0; slot < SLOTS; slot++) {
         TS_OK(rssm_pool_read_state(env.pool, slot, s, &err), &err);
@@ -337,7 +340,7 @@ static void bad_runs(void **state)
     TS_OK(rssm_layer_create(b, &e.desc, &l, &err), &err);
     /* the layer keeps the backend alive */
     rssm_backend_destroy(&b);
-    rssm_layer_tensors t = engine_tensors(&e, 0);
+    rssm_layer_tensors t = engine_tensors(&e);
     for (uint32_t r = 0; r < ROWS; r++) {
         e.slot_index[r] = (int32_t)r;
         e.write_pos[r] = 0;
