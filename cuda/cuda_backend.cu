@@ -60,6 +60,27 @@ struct CudaBatch {
     double last_seconds;
 };
 
+/* Makes the context's device current for the rest of a scope, and the
+ * caller's current again after it: the backend works on its own device
+ * (RSSM_CUDA_DEVICE) whatever the calling thread selected, and leaves the
+ * selection as it found it (an engine's thread, torch's, keeps its own). */
+struct DeviceGuard {
+    int prev = -1;
+    bool switched = false;
+    explicit DeviceGuard(int device)
+    {
+        if (cudaGetDevice(&prev) == cudaSuccess && prev != device)
+            switched = cudaSetDevice(device) == cudaSuccess;
+    }
+    ~DeviceGuard()
+    {
+        if (switched)
+            cudaSetDevice(prev);
+    }
+    DeviceGuard(const DeviceGuard &) = delete;
+    DeviceGuard &operator=(const DeviceGuard &) = delete;
+};
+
 rssm_status cuda_fail(rssm_error *err, cudaError_t e, const char *what)
 {
     (void)cudaGetLastError(); /* clear a non-sticky error so later calls start clean */
@@ -122,10 +143,25 @@ rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cuda: no usable CUDA device (%s)",
                               e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
     }
-    /* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer. */
+    /* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer.
+     * RSSM_CUDA_DEVICE=N takes device N (a tensor-parallel rank's own GPU),
+     * else the first that qualifies. */
     int best = -1;
     cudaDeviceProp prop;
-    for (int i = 0; i < count; ++i) {
+    const char *want = getenv("RSSM_CUDA_DEVICE");
+    if (want && *want) {
+        char *end = NULL;
+        const long n = strtol(want, &end, 10);
+        if (*end != '\0' || want[0] < '0' || want[0] > '9' || n >= count)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cuda: RSSM_CUDA_DEVICE=%s: must be a device ordinal in 0..%d", want, count - 1);
+        if (cudaGetDeviceProperties(&prop, (int)n) != cudaSuccess || prop.major < 9)
+            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
+                                  "cuda: RSSM_CUDA_DEVICE=%s is not of compute capability 9.0 or newer "
+                                  "(the kernels are built for Hopper, sm_90)", want);
+        best = (int)n;
+    }
+    for (int i = 0; best < 0 && i < count; ++i) {
         if (cudaGetDeviceProperties(&prop, i) == cudaSuccess && prop.major >= 9) {
             best = i;
             break;
@@ -141,9 +177,8 @@ rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
     c->device = best;
     c->kernel = kernel;
     snprintf(c->variant, sizeof c->variant, "%s", variant);
+    const DeviceGuard guard(best);
     cudaError_t ce = cudaGetDeviceProperties(&c->prop, best);
-    if (ce == cudaSuccess)
-        ce = cudaSetDevice(best);
     if (ce == cudaSuccess)
         ce = cudaStreamCreateWithFlags(&c->stream, cudaStreamNonBlocking);
     if (ce != cudaSuccess) {
@@ -161,7 +196,7 @@ void cuda_destroy(void *ctx)
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     if (!c)
         return;
-    cudaSetDevice(c->device);
+    const DeviceGuard guard(c->device);
     cudaStreamDestroy(c->stream);
     free(c);
 }
@@ -199,8 +234,7 @@ rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
 rssm_status cuda_pool_create(void *ctx, const rssm_slot_layout *layout, uint32_t slots, void **out,
                              rssm_error *err)
 {
-    CudaCtx *c = static_cast<CudaCtx *>(ctx);
-    CK(cudaSetDevice(c->device));
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaPool *pool = static_cast<CudaPool *>(calloc(1, sizeof *pool));
     if (!pool)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the pool record");
@@ -220,7 +254,7 @@ rssm_status cuda_pool_create(void *ctx, const rssm_slot_layout *layout, uint32_t
 
 void cuda_pool_destroy(void *ctx, void *pool)
 {
-    (void)ctx;
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaPool *p = static_cast<CudaPool *>(pool);
     if (!p)
         return;
@@ -230,7 +264,7 @@ void cuda_pool_destroy(void *ctx, void *pool)
 
 rssm_status cuda_slot_read(void *ctx, void *pool, uint32_t slot, void *bytes, rssm_error *err)
 {
-    (void)ctx;
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     const CudaPool *p = static_cast<const CudaPool *>(pool);
     CK(cudaMemcpy(bytes, p->mem + (size_t)slot * p->slot_bytes, p->slot_bytes, cudaMemcpyDeviceToHost));
     return rssm_clear_error(err);
@@ -238,7 +272,7 @@ rssm_status cuda_slot_read(void *ctx, void *pool, uint32_t slot, void *bytes, rs
 
 rssm_status cuda_slot_write(void *ctx, void *pool, uint32_t slot, const void *bytes, rssm_error *err)
 {
-    (void)ctx;
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     const CudaPool *p = static_cast<const CudaPool *>(pool);
     CK(cudaMemcpy(p->mem + (size_t)slot * p->slot_bytes, bytes, p->slot_bytes, cudaMemcpyHostToDevice));
     return rssm_clear_error(err);
@@ -363,8 +397,8 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
 rssm_status cuda_batch_create(void *ctx, void *pool, const rssm_kernel_params *params, void **out,
                               rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
-    CK(cudaSetDevice(c->device));
     const char *why = kernel_refusal(c->kernel, params, c->prop.sharedMemPerBlockOptin);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
@@ -384,6 +418,7 @@ rssm_status cuda_batch_create(void *ctx, void *pool, const rssm_kernel_params *p
 
 void cuda_batch_destroy(void *ctx, void *batch)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     if (!batch)
         return;
@@ -394,6 +429,7 @@ void cuda_batch_destroy(void *ctx, void *batch)
 rssm_status cuda_batch_set_gate_params(void *ctx, void *batch, uint32_t layer, const float *A_log,
                                        const float *dt_bias, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     const size_t HV = b->params.num_v_heads;
@@ -416,6 +452,7 @@ cudaError_t upload_rows(CudaCtx *c, const CudaBatch *b, void *dst, const void *s
 rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_step_inputs *in,
                               rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     if (rows == 0)
@@ -432,6 +469,7 @@ rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_
 rssm_status cuda_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
                            uint32_t *overflow, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     b->header_host[RSSM_HEADER_ROWS] = rows;
@@ -457,6 +495,7 @@ rssm_status cuda_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row
 
 rssm_status cuda_batch_download(void *ctx, void *batch, uint32_t rows, void *out, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     if (rows == 0)
@@ -524,6 +563,7 @@ rssm_status time_runs(CudaCtx *c, uint32_t reps, bool warm, rssm_timing *timing,
 rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_t steps,
                                   const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     const rssm_kernel_params &p = b->params;
@@ -578,6 +618,7 @@ rssm_status cuda_batch_time_steps(void *ctx, void *batch, uint32_t rows, uint32_
 rssm_status cuda_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint32_t reps, uint32_t flip,
                                       double *seconds, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaPool *p = static_cast<CudaPool *>(pool);
     double best = 0.0;
@@ -598,6 +639,7 @@ rssm_status cuda_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint3
 /* Median of timed device-to-device copies, counting bytes read + written. */
 rssm_status cuda_copy_bandwidth(void *ctx, size_t bytes, double *bps, rssm_error *err)
 {
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     void *src = NULL, *dst = NULL;
     cudaError_t e = cudaMalloc(&src, bytes);
@@ -689,34 +731,15 @@ rssm_status cuda_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_
     return rssm_clear_error(err);
 }
 
-/* Runs `body` with the context's device current, and the caller's after. */
-template <typename F> cudaError_t on_device(int device, F body)
-{
-    int prev = -1;
-    cudaError_t e = cudaGetDevice(&prev);
-    if (e == cudaSuccess && prev != device)
-        e = cudaSetDevice(device);
-    if (e == cudaSuccess)
-        e = body();
-    if (prev >= 0 && prev != device) {
-        const cudaError_t back = cudaSetDevice(prev);
-        if (e == cudaSuccess)
-            e = back;
-    }
-    return e;
-}
-
 void cuda_layer_destroy(void *ctx, void *layer)
 {
     (void)ctx;
     CudaLayer *l = static_cast<CudaLayer *>(layer);
     if (!l)
         return;
-    (void)on_device(l->device, [&] {
-        cudaFree(l->scratch);
-        cudaFree(l->work);
-        return cudaSuccess;
-    });
+    const DeviceGuard guard(l->device);
+    cudaFree(l->scratch);
+    cudaFree(l->work);
     free(l);
 }
 
@@ -735,17 +758,15 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
         l->plan.kernel = (uint32_t)c->kernel;
     /* Everything a launch needs is made here, outside any capture: the
      * kernel's shared-memory limit, its scratch, the zeroed work counters. */
-    const cudaError_t e = on_device(c->device, [&] {
-        cudaError_t r = rssm_cuda_plan_prepare(&l->plan, p);
-        const size_t scratch = r == cudaSuccess ? rssm_cuda_scratch_bytes(p, &l->plan) : 0;
-        if (r == cudaSuccess && scratch)
-            r = cudaMalloc(reinterpret_cast<void **>(&l->scratch), scratch);
-        if (r == cudaSuccess)
-            r = cudaMalloc(reinterpret_cast<void **>(&l->work), RSSM_CUDA_WORK_BYTES);
-        if (r == cudaSuccess)
-            r = cudaMemset(l->work, 0, RSSM_CUDA_WORK_BYTES);
-        return r;
-    });
+    const DeviceGuard guard(c->device);
+    cudaError_t e = rssm_cuda_plan_prepare(&l->plan, p);
+    const size_t scratch = e == cudaSuccess ? rssm_cuda_scratch_bytes(p, &l->plan) : 0;
+    if (e == cudaSuccess && scratch)
+        e = cudaMalloc(reinterpret_cast<void **>(&l->scratch), scratch);
+    if (e == cudaSuccess)
+        e = cudaMalloc(reinterpret_cast<void **>(&l->work), RSSM_CUDA_WORK_BYTES);
+    if (e == cudaSuccess)
+        e = cudaMemset(l->work, 0, RSSM_CUDA_WORK_BYTES);
     if (e != cudaSuccess) {
         cuda_layer_destroy(ctx, l);
         return cuda_fail(err, e, "preparing the layer's kernel");
@@ -767,9 +788,8 @@ rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void
     buf.io = *io;
     buf.scratch = l->scratch;
     buf.work = l->work;
-    const cudaError_t e = on_device(l->device, [&] {
-        return rssm_cuda_launch_layer(&l->params, &buf, &l->plan, static_cast<cudaStream_t>(stream));
-    });
+    const DeviceGuard guard(l->device);
+    const cudaError_t e = rssm_cuda_launch_layer(&l->params, &buf, &l->plan, static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess)
         return cuda_fail(err, e, "launching the layer");
     return rssm_clear_error(err);
@@ -781,10 +801,9 @@ rssm_status cuda_layer_advance(void *ctx, void *layer, uint32_t rows, const int3
 {
     (void)ctx;
     CudaLayer *l = static_cast<CudaLayer *>(layer);
-    const cudaError_t e = on_device(l->device, [&] {
-        return rssm_cuda_advance(&l->params, rows, l->slots, slot_index, write_pos, force, cursor,
-                                 static_cast<cudaStream_t>(stream));
-    });
+    const DeviceGuard guard(l->device);
+    const cudaError_t e = rssm_cuda_advance(&l->params, rows, l->slots, slot_index, write_pos, force, cursor,
+                                            static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess)
         return cuda_fail(err, e, "launching the cursor advance");
     return rssm_clear_error(err);

@@ -157,7 +157,9 @@ const char *rssm_backend_name_at(size_t index);
  * not built in or finds no usable device; RSSM_ERR_INVALID_ARGUMENT for a
  * name rssm does not know. Environment: RSSM_CPU_THREADS=N sets the CPU
  * backend's threads (default: online cores; a value that is not a number
- * in 1..1024 is RSSM_ERR_INVALID_ARGUMENT); RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT
+ * in 1..1024 is RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE=N picks the
+ * CUDA backend's device (default: the first of compute capability 9.0 or
+ * newer); RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT
  * and RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err);
 void rssm_backend_destroy(rssm_backend **b);
