@@ -133,6 +133,13 @@ typedef struct rssm_backend_ops {
                                 rssm_error *err);
     void (*layer_destroy)(void *ctx, void *layer);
     rssm_status (*layer_run)(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err);
+    /* The fold of rssm_layer_materialise: `io` has the state, the rings and
+     * the rows (no force); the backend supplies zero step inputs from the
+     * layer's own buffers and runs the rows as forced flushes of a token
+     * that changes nothing (g = 0, so its decay is exactly 1; beta = 0, so
+     * its delta is 0), which leaves exactly the fold in the checkpoint. */
+    rssm_status (*layer_materialise)(void *ctx, void *layer, const rssm_layer_io *io, void *stream,
+                                     rssm_error *err);
     rssm_status (*layer_advance)(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
                                  const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                  rssm_error *err);
@@ -178,5 +185,17 @@ typedef struct rssm_batch_arrays {
 void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint8_t *pool, uint32_t slots,
                             const rssm_batch_arrays *a, const uint32_t *header, uint32_t *overflow,
                             uint32_t layer);
+
+/* The fold of rssm_layer_materialise as a decode launch (backend.h,
+ * layer_materialise), written once for every backend: its kernel
+ * parameters (p's, with precomputed fp32 gates and no q/k norm), and the
+ * one buffer of fold->max_rows rows of inputs it runs on: zero q, k, v,
+ * g and beta, an output nobody reads, and a force of 1 for every row.
+ * rssm_fold_image fills a host copy of that buffer (rssm_fold_bytes long);
+ * rssm_fold_io points io's step arrays and force into it. */
+void rssm_fold_params(rssm_kernel_params *fold, const rssm_kernel_params *p);
+size_t rssm_fold_bytes(const rssm_kernel_params *fold);
+void rssm_fold_image(void *host, const rssm_kernel_params *fold);
+void rssm_fold_io(rssm_layer_io *io, const rssm_kernel_params *fold, void *buffer);
 
 #endif /* RSSM_BACKEND_H */

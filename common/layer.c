@@ -263,6 +263,35 @@ rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensor
     return b->ops->layer_run(b->ctx, l->dev, &io, stream, err);
 }
 
+rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
+                                   rssm_error *err)
+{
+    if (!l || !t)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer materialise: layer and tensors must not be NULL");
+    const rssm_kernel_params *p = &l->params;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer materialise: %u rows exceed the layer's max_rows %u", rows, p->max_rows);
+    if (rows == 0 || p->ring_cap == 0) /* no ring: the checkpoint is the state */
+        return rssm_clear_error(err);
+    if (!t->state || !t->ring_d || !t->ring_k || !t->ring_g || !t->slot_index || !t->write_pos)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer materialise: state, ring_d, ring_k, ring_g, slot_index and write_pos must "
+                              "not be NULL");
+    rssm_layer_io io = l->shape;
+    io.ckpt = t->state;
+    io.ring_d = t->ring_d;
+    io.ring_k = t->ring_k;
+    io.ring_g = (uint8_t *)t->ring_g;
+    io.row_slot = (const uint32_t *)(const void *)t->slot_index;
+    io.row_write_pos = (const uint32_t *)(const void *)t->write_pos;
+    io.row_stride = 1;
+    io.rows = rows;
+    rssm_backend *b = l->backend;
+    return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
+}
+
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
                                const int32_t *force, int32_t *cursor, void *stream, rssm_error *err)
 {

@@ -252,3 +252,67 @@ void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint
     io->slots = slots;
     io->overflow = overflow;
 }
+
+void rssm_fold_params(rssm_kernel_params *fold, const rssm_kernel_params *p)
+{
+    *fold = *p;
+    fold->gate_mode = RSSM_CODE_MODE_PRECOMPUTED;
+    fold->flags &= ~(RSSM_FLAG_GATE_BF16 | RSSM_FLAG_QK_L2NORM);
+}
+
+/* The buffer's parts, each a multiple of RSSM_ARRAY_ALIGN: q, k, v, gate,
+ * beta (zeros), out, force. */
+typedef struct fold_parts {
+    rssm_io_sizes row;
+    size_t q, k, v, gate, beta, out, force, total;
+} fold_parts;
+
+static size_t fold_align(size_t n) { return (n + RSSM_ARRAY_ALIGN - 1) / RSSM_ARRAY_ALIGN * RSSM_ARRAY_ALIGN; }
+
+static fold_parts fold_layout(const rssm_kernel_params *fold)
+{
+    fold_parts f;
+    rssm_io_sizes_init(&f.row, fold, 1);
+    const size_t rows = fold->max_rows;
+    f.q = 0;
+    f.k = f.q + fold_align(rows * f.row.q);
+    f.v = f.k + fold_align(rows * f.row.k);
+    f.gate = f.v + fold_align(rows * f.row.v);
+    f.beta = f.gate + fold_align(rows * f.row.gate);
+    f.out = f.beta + fold_align(rows * f.row.beta);
+    f.force = f.out + fold_align(rows * f.row.out);
+    f.total = f.force + fold_align(rows * sizeof(uint32_t));
+    return f;
+}
+
+size_t rssm_fold_bytes(const rssm_kernel_params *fold) { return fold_layout(fold).total; }
+
+void rssm_fold_image(void *host, const rssm_kernel_params *fold)
+{
+    const fold_parts f = fold_layout(fold);
+    memset(host, 0, f.total);
+    uint32_t *force = (uint32_t *)(void *)((uint8_t *)host + f.force);
+    for (uint32_t r = 0; r < fold->max_rows; r++)
+        force[r] = 1u;
+}
+
+void rssm_fold_io(rssm_layer_io *io, const rssm_kernel_params *fold, void *buffer)
+{
+    const fold_parts f = fold_layout(fold);
+    uint8_t *b = buffer;
+    io->q = b + f.q;
+    io->k = b + f.k;
+    io->v = b + f.v;
+    io->gate = b + f.gate;
+    io->beta = b + f.beta;
+    io->out = b + f.out;
+    io->q_row = f.row.q;
+    io->k_row = f.row.k;
+    io->v_row = f.row.v;
+    io->gate_row = f.row.gate;
+    io->beta_row = f.row.beta;
+    io->out_row = f.row.out;
+    io->A_log = io->dt_bias = NULL;
+    io->row_force = (const uint32_t *)(const void *)(b + f.force);
+    io->overflow = NULL;
+}

@@ -644,6 +644,8 @@ typedef struct cpu_layer {
     uint32_t mark;
     float *scratch;          /* one block per worker */
     size_t scratch_floats;
+    rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
+    void *fold_buf;
 } cpu_layer;
 
 static void cpu_layer_destroy(void *ctx, void *layer)
@@ -658,6 +660,7 @@ static void cpu_layer_destroy(void *ctx, void *layer)
     free((void *)l->overflow);
     free(l->seen);
     free(l->scratch);
+    free(l->fold_buf);
     free(l);
 }
 
@@ -688,7 +691,11 @@ static rssm_status cpu_layer_create(void *ctx, const rssm_kernel_params *p, cons
     l->seen = calloc(shape->slots, sizeof *l->seen);
     l->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     l->scratch = alloc_aligned(c->thread_count * l->scratch_floats * sizeof(float));
-    if (!l->rows || !l->pad || !l->order || !l->overflow || !l->seen || !l->scratch) {
+    rssm_fold_params(&l->fold, p);
+    l->fold_buf = alloc_aligned(rssm_fold_bytes(&l->fold));
+    if (l->fold_buf)
+        rssm_fold_image(l->fold_buf, &l->fold);
+    if (!l->rows || !l->pad || !l->order || !l->overflow || !l->seen || !l->scratch || !l->fold_buf) {
         cpu_layer_destroy(ctx, l);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu layer: out of host memory for %u rows, %u slots",
                               p->max_rows, shape->slots);
@@ -730,12 +737,11 @@ static rssm_status decode_rows(cpu_layer *l, const rssm_layer_io *io, rssm_error
     return RSSM_OK;
 }
 
-static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+/* One launch of the layer with kernel parameters p (the layer's, or its
+ * fold's) on io. */
+static rssm_status layer_run_with(cpu_ctx *c, cpu_layer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
+                                  rssm_error *err)
 {
-    (void)stream;
-    cpu_ctx *c = ctx;
-    cpu_layer *l = layer;
-    const rssm_kernel_params *p = &l->params;
     const size_t ssz = p->state_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t rsz = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
     const size_t iosz = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
@@ -774,6 +780,23 @@ static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io
     for (uint32_t r = 0; io->overflow && r < io->rows; r++)
         io->overflow[r] = atomic_load_explicit(&l->overflow[r], memory_order_relaxed);
     return rssm_clear_error(err);
+}
+
+static rssm_status cpu_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+{
+    (void)stream;
+    cpu_layer *l = layer;
+    return layer_run_with(ctx, l, &l->params, io, err);
+}
+
+static rssm_status cpu_layer_materialise(void *ctx, void *layer, const rssm_layer_io *io, void *stream,
+                                         rssm_error *err)
+{
+    (void)stream;
+    cpu_layer *l = layer;
+    rssm_layer_io fold = *io;
+    rssm_fold_io(&fold, &l->fold, l->fold_buf);
+    return layer_run_with(ctx, l, &l->fold, &fold, err);
 }
 
 static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
@@ -826,5 +849,6 @@ const rssm_backend_ops rssm_cpu_backend_ops = {
     .layer_create = cpu_layer_create,
     .layer_destroy = cpu_layer_destroy,
     .layer_run = cpu_layer_run,
+    .layer_materialise = cpu_layer_materialise,
     .layer_advance = cpu_layer_advance,
 };

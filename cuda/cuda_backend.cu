@@ -669,6 +669,8 @@ struct CudaLayer {
     rssm_cuda_plan plan;
     float *scratch;
     uint32_t *work;
+    rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
+    void *fold_buf;
 };
 
 /* Every kernel moves a head's rows (of the state, the rings' d and k, q, k,
@@ -740,6 +742,7 @@ void cuda_layer_destroy(void *ctx, void *layer)
     const DeviceGuard guard(l->device);
     cudaFree(l->scratch);
     cudaFree(l->work);
+    cudaFree(l->fold_buf);
     free(l);
 }
 
@@ -767,6 +770,18 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
         e = cudaMalloc(reinterpret_cast<void **>(&l->work), RSSM_CUDA_WORK_BYTES);
     if (e == cudaSuccess)
         e = cudaMemset(l->work, 0, RSSM_CUDA_WORK_BYTES);
+    rssm_fold_params(&l->fold, p);
+    const size_t fold_bytes = rssm_fold_bytes(&l->fold);
+    void *image = e == cudaSuccess ? malloc(fold_bytes) : NULL;
+    if (e == cudaSuccess && !image)
+        e = cudaErrorMemoryAllocation;
+    if (e == cudaSuccess)
+        e = cudaMalloc(&l->fold_buf, fold_bytes);
+    if (e == cudaSuccess) {
+        rssm_fold_image(image, &l->fold);
+        e = cudaMemcpy(l->fold_buf, image, fold_bytes, cudaMemcpyHostToDevice);
+    }
+    free(image);
     if (e != cudaSuccess) {
         cuda_layer_destroy(ctx, l);
         return cuda_fail(err, e, "preparing the layer's kernel");
@@ -792,6 +807,27 @@ rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void
     const cudaError_t e = rssm_cuda_launch_layer(&l->params, &buf, &l->plan, static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess)
         return cuda_fail(err, e, "launching the layer");
+    return rssm_clear_error(err);
+}
+
+rssm_status cuda_layer_materialise(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+{
+    (void)ctx;
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    rssm_layer_io fold = *io;
+    rssm_fold_io(&fold, &l->fold, l->fold_buf);
+    const char *why = misaligned_pointer(&l->fold, &fold);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cuda: %s is not 16-byte aligned", why);
+    rssm_cuda_buffers buf;
+    memset(&buf, 0, sizeof buf);
+    buf.io = fold;
+    buf.scratch = l->scratch;
+    buf.work = l->work;
+    const DeviceGuard guard(l->device);
+    const cudaError_t e = rssm_cuda_launch_layer(&l->fold, &buf, &l->plan, static_cast<cudaStream_t>(stream));
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "launching the fold");
     return rssm_clear_error(err);
 }
 
@@ -841,6 +877,7 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_layer_create,
     cuda_layer_destroy,
     cuda_layer_run,
+    cuda_layer_materialise,
     cuda_layer_advance,
     nullptr, /* kernels: every variant name runs its own kernels */
 };

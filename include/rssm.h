@@ -448,6 +448,19 @@ void rssm_layer_destroy(rssm_layer **layer);
 rssm_status rssm_layer_run(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err);
 
+/* Folds the committed ring entries of each row's slot into its checkpoint,
+ * on `stream`, as rssm_pool_materialise does for rssm's own pool: the
+ * first write_pos[r] entries of slot slot_index[r] (padding rows skipped),
+ * so that state[slot] alone is the slot's true state. Only t->state and
+ * the rings are used (the step arrays and force may be NULL); the rings
+ * are read, not cleared: set the slots' cursors to 0 afterwards. What an
+ * engine does before it snapshots a slot or copies it to another
+ * (copy-on-write of a cached prefix: materialise the source, copy its
+ * state rows to the destination's, start the destination's cursor at 0),
+ * without a round trip through the host. Rows must name distinct slots. */
+rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
+                                   rssm_error *err);
+
 /* Advances the cursors after a step's last layer, on the device, for an
  * engine that keeps them there: for every row that is not padding,
  * cursor[slot_index[r]] = flushes ? 0 : write_pos[r] + 1, with the flush

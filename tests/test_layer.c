@@ -143,6 +143,56 @@ static void set_step(engine *e, ts_inputs *in)
     set_gates(e, in);
 }
 
+/* rssm_layer_materialise of the engine's rows (and a padding row): each
+ * row's checkpoint becomes its slot's true state, which the pool computes
+ * on the host from its own copy (another order of the same sums, hence a
+ * tolerance); the other slots and every ring are left as they were. */
+static void check_materialise(ts_env *env, engine *e, rssm_layer *layer, const uint32_t *slots)
+{
+    rssm_error err;
+    const size_t n = ts_state_elems(&e->m);
+    const size_t ring_bytes = (size_t)e->ring_d_slot * SLOTS * sizeof(float);
+    float *before = malloc((size_t)e->state_slot * SLOTS * sizeof(float));
+    float *ring_before = malloc(ring_bytes);
+    float *s = malloc(n * sizeof(float));
+    assert_true(before && ring_before && s);
+    memcpy(before, e->state, (size_t)e->state_slot * SLOTS * sizeof(float));
+    memcpy(ring_before, e->ring_d, ring_bytes);
+    int nonempty = 0;
+    for (uint32_t r = 0; r < ROWS; r++) {
+        e->slot_index[r] = (int32_t)slots[r];
+        e->write_pos[r] = e->cursor[slots[r]];
+        nonempty += e->write_pos[r] > 0;
+    }
+    assert_true(nonempty > 0); /* something to fold */
+    e->slot_index[ROWS] = -1;
+    e->write_pos[ROWS] = 1;
+    rssm_layer_tensors t = {.state = e->state, .ring_d = e->ring_d, .ring_k = e->ring_k, .ring_g = e->ring_g,
+                            .slot_index = e->slot_index, .write_pos = e->write_pos};
+    TS_OK(rssm_layer_materialise(layer, ROWS + 1, &t, NULL, &err), &err);
+    for (uint32_t slot = 0; slot < SLOTS; slot++) {
+        const float *got = engine_state(e, slot);
+        int stepped = 0;
+        for (uint32_t r = 0; r < ROWS; r++)
+            stepped |= slots[r] == slot;
+        if (!stepped) {
+            assert_memory_equal(got, before + (size_t)slot * e->state_slot, n * sizeof(float));
+            continue;
+        }
+        TS_OK(rssm_pool_read_state(env->pool, slot, s, &err), &err);
+        const double rel = ts_rel_l2_f(got, s, n);
+        if (!(rel <= 1e-6))
+            fail_msg("slot %u: materialised checkpoint off the pool's true state by %g", slot, rel);
+    }
+    assert_memory_equal(ring_before, e->ring_d, ring_bytes);
+    TS_EXPECT(rssm_layer_materialise(layer, ROWS, NULL, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    t.ring_g = NULL;
+    TS_EXPECT(rssm_layer_materialise(layer, ROWS, &t, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    free(before);
+    free(ring_before);
+    free(s);
+}
+
 static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm_gate_mode mode, rssm_dtype gate_dtype)
 {
     rh_rng rng;
@@ -224,6 +274,18 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm
                              ROW_PAD);
     }
     assert_true(flushes >= ROWS && forced >= 1); /* both kinds of flush were exercised */
+    if (ring_dtype == RSSM_DTYPE_F32) {
+        check_materialise(&env, &e, layer, slots);
+        /* both sides folded: the pool's checkpoints take the same values */
+        for (uint32_t r = 0; r < ROWS; r++) {
+            TS_OK(rssm_pool_materialise(env.pool, slots[r], &err), &err);
+            e.cursor[slots[r]] = 0;
+        }
+        for (uint32_t slot = 0; slot < SLOTS; slot++) {
+            TS_OK(rssm_pool_read_state(env.pool, slot, s, &err), &err);
+            memcpy(e.state + (size_t)slot * e.state_slot, s, n * sizeof(float));
+        }
+    }
 
     /* A forced flush of every row on both sides: each checkpoint is then the
      * slot's true state, and the engine's must equal the pool's. */
