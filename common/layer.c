@@ -209,6 +209,35 @@ void rssm_layer_destroy(rssm_layer **lp)
     *lp = NULL;
 }
 
+/* The layer's strides with the caller's pointers and `rows` rows. */
+static rssm_layer_io tensors_io(const rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t)
+{
+    rssm_layer_io io = l->shape;
+    io.ckpt = t->state;
+    io.ring_d = t->ring_d;
+    io.ring_k = t->ring_k;
+    io.ring_g = (uint8_t *)t->ring_g;
+    io.q = t->q;
+    io.k = t->k;
+    io.v = t->v;
+    io.gate = (const uint8_t *)t->gate;
+    io.beta = (const uint8_t *)t->beta;
+    io.out = t->out;
+    io.A_log = t->A_log;
+    io.dt_bias = t->dt_bias;
+    /* int32 indices read as 32-bit words: a negative one is a large
+     * unsigned one, outside the slots, so padding by either reading */
+    io.row_slot = (const uint32_t *)(const void *)t->slot_index;
+    io.row_write_pos = (const uint32_t *)(const void *)t->write_pos;
+    io.row_force = (const uint32_t *)(const void *)t->force;
+    io.row_io = NULL;
+    io.row_stride = 1;
+    io.rows = rows;
+    io.rows_dev = NULL;
+    io.overflow = t->overflow;
+    return io;
+}
+
 rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err)
 {
@@ -236,29 +265,7 @@ rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensor
         if (need[i].needed && !need[i].ptr)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: tensor %s must not be NULL",
                                   need[i].name);
-    rssm_layer_io io = l->shape;
-    io.ckpt = t->state;
-    io.ring_d = t->ring_d;
-    io.ring_k = t->ring_k;
-    io.ring_g = (uint8_t *)t->ring_g;
-    io.q = t->q;
-    io.k = t->k;
-    io.v = t->v;
-    io.gate = (const uint8_t *)t->gate;
-    io.beta = (const uint8_t *)t->beta;
-    io.out = t->out;
-    io.A_log = t->A_log;
-    io.dt_bias = t->dt_bias;
-    /* int32 indices read as 32-bit words: a negative one is a large
-     * unsigned one, outside the slots, so padding by either reading */
-    io.row_slot = (const uint32_t *)(const void *)t->slot_index;
-    io.row_write_pos = (const uint32_t *)(const void *)t->write_pos;
-    io.row_force = (const uint32_t *)(const void *)t->force;
-    io.row_io = NULL;
-    io.row_stride = 1;
-    io.rows = rows;
-    io.rows_dev = NULL;
-    io.overflow = t->overflow;
+    const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
     return b->ops->layer_run(b->ctx, l->dev, &io, stream, err);
 }
@@ -279,15 +286,8 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                               "layer materialise: state, ring_d, ring_k, ring_g, slot_index and write_pos must "
                               "not be NULL");
-    rssm_layer_io io = l->shape;
-    io.ckpt = t->state;
-    io.ring_d = t->ring_d;
-    io.ring_k = t->ring_k;
-    io.ring_g = (uint8_t *)t->ring_g;
-    io.row_slot = (const uint32_t *)(const void *)t->slot_index;
-    io.row_write_pos = (const uint32_t *)(const void *)t->write_pos;
-    io.row_stride = 1;
-    io.rows = rows;
+    /* the backend replaces the step arrays and force with the fold's own */
+    const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
     return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
 }

@@ -12,6 +12,7 @@
 
 #include "backend.h"
 #include "cpu_kernels.h"
+#include "dtype.h"
 #include "error.h"
 #include "thread_pool.h"
 #include "timing.h"
@@ -742,9 +743,9 @@ static rssm_status decode_rows(cpu_layer *l, const rssm_layer_io *io, rssm_error
 static rssm_status layer_run_with(cpu_ctx *c, cpu_layer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
                                   rssm_error *err)
 {
-    const size_t ssz = p->state_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
-    const size_t rsz = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
-    const size_t iosz = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4 : 2;
+    const size_t ssz = rssm_dtype_size((rssm_dtype)p->state_dtype);
+    const size_t rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
+    const size_t iosz = rssm_dtype_size((rssm_dtype)p->io_dtype);
     const size_t gsz = p->flags & RSSM_FLAG_GATE_BF16 ? 2 : 4;
     const struct {
         const void *ptr;

@@ -790,11 +790,12 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
     return rssm_clear_error(err);
 }
 
-rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+/* One launch of layer l with kernel parameters p (the layer's, or its
+ * fold's) on io. */
+rssm_status layer_launch(const CudaCtx *c, CudaLayer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
+                         void *stream, rssm_error *err)
 {
-    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
-    CudaLayer *l = static_cast<CudaLayer *>(layer);
-    const char *why = misaligned_pointer(&l->params, io);
+    const char *why = misaligned_pointer(p, io);
     if (why)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned (for the gates and "
                               "beta their element, for the gate weights and the row arrays 4 bytes)", c->variant, why);
@@ -804,31 +805,24 @@ rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void
     buf.scratch = l->scratch;
     buf.work = l->work;
     const DeviceGuard guard(l->device);
-    const cudaError_t e = rssm_cuda_launch_layer(&l->params, &buf, &l->plan, static_cast<cudaStream_t>(stream));
+    const cudaError_t e = rssm_cuda_launch_layer(p, &buf, &l->plan, static_cast<cudaStream_t>(stream));
     if (e != cudaSuccess)
         return cuda_fail(err, e, "launching the layer");
     return rssm_clear_error(err);
 }
 
+rssm_status cuda_layer_run(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
+{
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    return layer_launch(static_cast<const CudaCtx *>(ctx), l, &l->params, io, stream, err);
+}
+
 rssm_status cuda_layer_materialise(void *ctx, void *layer, const rssm_layer_io *io, void *stream, rssm_error *err)
 {
-    (void)ctx;
     CudaLayer *l = static_cast<CudaLayer *>(layer);
     rssm_layer_io fold = *io;
     rssm_fold_io(&fold, &l->fold, l->fold_buf);
-    const char *why = misaligned_pointer(&l->fold, &fold);
-    if (why)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "cuda: %s is not 16-byte aligned", why);
-    rssm_cuda_buffers buf;
-    memset(&buf, 0, sizeof buf);
-    buf.io = fold;
-    buf.scratch = l->scratch;
-    buf.work = l->work;
-    const DeviceGuard guard(l->device);
-    const cudaError_t e = rssm_cuda_launch_layer(&l->fold, &buf, &l->plan, static_cast<cudaStream_t>(stream));
-    if (e != cudaSuccess)
-        return cuda_fail(err, e, "launching the fold");
-    return rssm_clear_error(err);
+    return layer_launch(static_cast<const CudaCtx *>(ctx), l, &l->fold, &fold, stream, err);
 }
 
 rssm_status cuda_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
