@@ -150,3 +150,12 @@ rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *b
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s cannot measure its copy bandwidth", b->name);
     return b->ops->copy_bandwidth(b->ctx, bytes, bytes_per_second, err);
 }
+
+rssm_status rssm_backend_vulkan_handles(const rssm_backend *b, rssm_vulkan_handles *h, rssm_error *err)
+{
+    if (!b || !h)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "vulkan handles: backend and h must not be NULL");
+    if (!b->ops->vulkan_handles)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan handles: %s is not a vulkan backend", b->name);
+    return b->ops->vulkan_handles(b->ctx, h, err);
+}

@@ -118,7 +118,8 @@ typedef struct rssm_backend_ops {
     rssm_dtype (*matrix_dtype)(void *ctx, const rssm_model *m);
 
     /* Optional (all NULL: rssm_layer_* say this backend has no per-layer
-     * entry). One layer on the caller's memory (rssm_layer_run). Common
+     * entry; layer_run, layer_materialise and layer_advance NULL with the
+     * others set: it takes buffer handles, layer_record below). One layer on the caller's memory (rssm_layer_run). Common
      * code has validated the description: `shape` holds its strides (its
      * pointers NULL) and p its kernel parameters (max_rows the layer's).
      * layer_check says why the kernels cannot take it; layer_create makes
@@ -143,6 +144,20 @@ typedef struct rssm_backend_ops {
     rssm_status (*layer_advance)(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
                                  const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                  rssm_error *err);
+
+    /* Optional (all NULL: rssm_layer_record* and rssm_backend_vulkan_handles
+     * say this backend takes pointers). The per-layer entry on tensors
+     * named by buffer handles, recorded into the caller's command buffer
+     * `cmd` (rssm_layer_record): layer_record runs a step, or with
+     * `materialise` the fold of rssm_layer_materialise; common code has
+     * checked the rows and that every tensor the layer reads has a handle.
+     * A backend with no layer_run takes only these. */
+    rssm_status (*layer_record)(void *ctx, void *layer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
+                                void *cmd, rssm_error *err);
+    rssm_status (*layer_record_advance)(void *ctx, void *layer, uint32_t rows, const rssm_buffer *slot_index,
+                                        const rssm_buffer *write_pos, const rssm_buffer *force,
+                                        const rssm_buffer *cursor, void *cmd, rssm_error *err);
+    rssm_status (*vulkan_handles)(void *ctx, rssm_vulkan_handles *h, rssm_error *err);
 
     /* Optional (NULL: the instance's own variant name). The variant whose
      * kernels this instance runs, for a variant that resolves to another
@@ -176,6 +191,12 @@ typedef struct rssm_batch_arrays {
     const float *A_log, *dt_bias;
 } rssm_batch_arrays;
 
+/* The strides of rssm's own pool (the canonical slot layout `p`
+ * describes) and of a batch's step arrays, in rssm_layer_io's bytes: what
+ * rssm_layer_io_of_batch fills besides the addresses, for a backend that
+ * addresses its buffers another way. */
+void rssm_layer_io_pool_strides(rssm_layer_io *io, const rssm_kernel_params *p);
+
 /* Layer `layer` of a batch over rssm's own pool (`slots` slots at `pool`,
  * the canonical slot layout `p` describes) as the one description every
  * kernel takes: the pool's layer blocks, the layer's block of the step
@@ -185,6 +206,13 @@ typedef struct rssm_batch_arrays {
 void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint8_t *pool, uint32_t slots,
                             const rssm_batch_arrays *a, const uint32_t *header, uint32_t *overflow,
                             uint32_t layer);
+
+/* The GPU kernels move a head's rows (of the state, the rings' d and k, q,
+ * k, v and out, and a KDA ring's gates) as 16-byte vectors, so those
+ * strides must be multiples of 16 bytes; a GDN ring's one gate per entry
+ * is read as a float (4). The name of the first stride of `io` that is
+ * not, or NULL. */
+const char *rssm_layer_misaligned_stride(const rssm_kernel_params *p, const rssm_layer_io *io);
 
 /* The fold of rssm_layer_materialise as a decode launch (backend.h,
  * layer_materialise), written once for every backend: its kernel

@@ -146,6 +146,26 @@ static rssm_status resolve(const rssm_layer_desc *d, rssm_kernel_params *p, rssm
     return rssm_clear_error(err);
 }
 
+const char *rssm_layer_misaligned_stride(const rssm_kernel_params *p, const rssm_layer_io *io)
+{
+    const size_t g = p->gate_kind == RSSM_CODE_GATE_KDA ? 16u : 4u;
+    const struct {
+        size_t bytes, align;
+        const char *name;
+    } st[] = {
+        {io->ckpt_slot, 16, "state slot stride"},   {io->ckpt_head, 16, "state head stride"},
+        {io->ring_d_slot, 16, "ring_d slot stride"}, {io->ring_d_head, 16, "ring_d head stride"},
+        {io->ring_k_slot, 16, "ring_k slot stride"}, {io->ring_k_head, 16, "ring_k head stride"},
+        {io->ring_g_slot, g, "ring_g slot stride"},  {io->ring_g_head, g, "ring_g head stride"},
+        {io->q_row, 16, "q row stride"},             {io->k_row, 16, "k row stride"},
+        {io->v_row, 16, "v row stride"},             {io->out_row, 16, "out row stride"},
+    };
+    for (size_t i = 0; i < sizeof st / sizeof st[0]; i++)
+        if (st[i].bytes % st[i].align != 0)
+            return st[i].name;
+    return NULL;
+}
+
 /* The backend's verdict on a resolved description. */
 static rssm_status backend_check(const rssm_backend *b, const rssm_layer_desc *d, const rssm_kernel_params *p,
                                  const rssm_layer_io *shape, rssm_error *err)
@@ -238,33 +258,88 @@ static rssm_layer_io tensors_io(const rssm_layer *l, uint32_t rows, const rssm_l
     return io;
 }
 
+/* The tensors a launch reads or writes, in the order of rssm_layer_tensors
+ * and rssm_layer_buffers, by name; the optional ones (force, overflow) are
+ * not listed. */
+enum { T_STATE, T_RING_D, T_RING_K, T_RING_G, T_Q, T_K, T_V, T_GATE, T_BETA, T_A_LOG, T_DT_BIAS, T_OUT,
+       T_SLOT_INDEX, T_WRITE_POS, T_COUNT };
+static const char *const tensor_names[T_COUNT] = {
+    "state", "ring_d", "ring_k", "ring_g", "q", "k", "v", "gate", "beta", "A_log", "dt_bias", "out",
+    "slot_index", "write_pos",
+};
+
+/* Checks a call's rows and that every tensor it needs is there
+ * (present[i] for tensor i); *run is false for a call with nothing to do.
+ * A materialise reads only the state, the rings and the rows. */
+static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool present[T_COUNT], bool materialise,
+                              const char *who, bool *run, rssm_error *err)
+{
+    const rssm_kernel_params *p = &l->params;
+    *run = false;
+    if (rows > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows exceed the layer's max_rows %u", who, rows,
+                              p->max_rows);
+    /* no ring: a materialise has nothing to fold, the checkpoint is the state */
+    if (rows == 0 || (materialise && p->ring_cap == 0))
+        return rssm_clear_error(err);
+    const bool ring = p->ring_cap > 0, raw = p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    for (int i = 0; i < T_COUNT; i++) {
+        bool needed = true;
+        if (i == T_RING_D || i == T_RING_K || i == T_RING_G)
+            needed = ring;
+        else if (i == T_A_LOG || i == T_DT_BIAS)
+            needed = raw && !materialise;
+        else if (i >= T_Q && i <= T_OUT)
+            needed = !materialise;
+        if (needed && !present[i])
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: tensor %s must not be %s", who,
+                                  tensor_names[i], l->backend->ops->layer_run ? "NULL" : "a 0 handle");
+    }
+    *run = true;
+    return rssm_clear_error(err);
+}
+
+static void tensors_present(const rssm_layer_tensors *t, bool present[T_COUNT])
+{
+    const void *const ptr[T_COUNT] = {t->state, t->ring_d, t->ring_k, t->ring_g,  t->q,       t->k,
+                                      t->v,     t->gate,   t->beta,   t->A_log,   t->dt_bias, t->out,
+                                      t->slot_index, t->write_pos};
+    for (int i = 0; i < T_COUNT; i++)
+        present[i] = ptr[i] != NULL;
+}
+
+static void buffers_present(const rssm_layer_buffers *t, bool present[T_COUNT])
+{
+    const rssm_buffer *const buf[T_COUNT] = {&t->state, &t->ring_d, &t->ring_k, &t->ring_g, &t->q,
+                                             &t->k,     &t->v,      &t->gate,   &t->beta,   &t->A_log,
+                                             &t->dt_bias, &t->out,  &t->slot_index, &t->write_pos};
+    for (int i = 0; i < T_COUNT; i++)
+        present[i] = buf[i]->handle != 0;
+}
+
+/* The backend's entry for pointers (run) or for buffer handles (record),
+ * or why this backend has none. */
+static rssm_status takes(const rssm_layer *l, bool buffers, const char *who, rssm_error *err)
+{
+    const rssm_backend_ops *ops = l->backend->ops;
+    if (buffers ? ops->layer_record != NULL : ops->layer_run != NULL)
+        return RSSM_OK;
+    return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                          buffers ? "%s: %s takes device pointers, not buffers (rssm_layer_run)"
+                                  : "%s: %s takes buffers, not pointers (rssm_layer_record)",
+                          who, l->backend->name);
+}
+
 rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err)
 {
     if (!l || !t)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: layer and tensors must not be NULL");
-    const rssm_kernel_params *p = &l->params;
-    if (rows > p->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: %u rows exceed the layer's max_rows %u",
-                              rows, p->max_rows);
-    if (rows == 0)
-        return rssm_clear_error(err);
-    const int ring = p->ring_cap > 0, raw = p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-    const struct {
-        const void *ptr;
-        int needed;
-        const char *name;
-    } need[] = {
-        {t->state, 1, "state"},       {t->ring_d, ring, "ring_d"},   {t->ring_k, ring, "ring_k"},
-        {t->ring_g, ring, "ring_g"},  {t->q, 1, "q"},                {t->k, 1, "k"},
-        {t->v, 1, "v"},               {t->gate, 1, "gate"},          {t->beta, 1, "beta"},
-        {t->A_log, raw, "A_log"},     {t->dt_bias, raw, "dt_bias"},  {t->out, 1, "out"},
-        {t->slot_index, 1, "slot_index"}, {t->write_pos, 1, "write_pos"},
-    };
-    for (size_t i = 0; i < sizeof need / sizeof need[0]; i++)
-        if (need[i].needed && !need[i].ptr)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: tensor %s must not be NULL",
-                                  need[i].name);
+    rssm_status st = takes(l, false, "layer run", err);
+    bool present[T_COUNT], run = false;
+    tensors_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, false, "layer run", &run, err)) != RSSM_OK || !run)
+        return st;
     const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
     return b->ops->layer_run(b->ctx, l->dev, &io, stream, err);
@@ -276,16 +351,12 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
     if (!l || !t)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                               "layer materialise: layer and tensors must not be NULL");
-    const rssm_kernel_params *p = &l->params;
-    if (rows > p->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer materialise: %u rows exceed the layer's max_rows %u", rows, p->max_rows);
-    if (rows == 0 || p->ring_cap == 0) /* no ring: the checkpoint is the state */
-        return rssm_clear_error(err);
-    if (!t->state || !t->ring_d || !t->ring_k || !t->ring_g || !t->slot_index || !t->write_pos)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer materialise: state, ring_d, ring_k, ring_g, slot_index and write_pos must "
-                              "not be NULL");
+    rssm_status st = takes(l, false, "layer materialise", err);
+    bool present[T_COUNT], run = false;
+    tensors_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, true, "layer materialise", &run, err)) != RSSM_OK ||
+        !run)
+        return st;
     /* the backend replaces the step arrays and force with the fold's own */
     const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
@@ -305,6 +376,63 @@ rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot
     if (!slot_index || !write_pos || !cursor)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                               "layer advance: slot_index, write_pos and cursor must not be NULL");
+    rssm_status st = takes(l, false, "layer advance", err);
+    if (st != RSSM_OK)
+        return st;
     rssm_backend *b = l->backend;
     return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
+}
+
+rssm_status rssm_layer_record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
+                              rssm_error *err)
+{
+    if (!l || !t || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer record: layer, buffers and command buffer must not be NULL");
+    rssm_status st = takes(l, true, "layer record", err);
+    bool present[T_COUNT], run = false;
+    buffers_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, false, "layer record", &run, err)) != RSSM_OK || !run)
+        return st;
+    rssm_backend *b = l->backend;
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, false, command_buffer, err);
+}
+
+rssm_status rssm_layer_record_materialise(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t,
+                                          void *command_buffer, rssm_error *err)
+{
+    if (!l || !t || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer record materialise: layer, buffers and command buffer must not be NULL");
+    rssm_status st = takes(l, true, "layer record materialise", err);
+    bool present[T_COUNT], run = false;
+    buffers_present(t, present);
+    if (st != RSSM_OK ||
+        (st = check_call(l, rows, present, true, "layer record materialise", &run, err)) != RSSM_OK || !run)
+        return st;
+    rssm_backend *b = l->backend;
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, true, command_buffer, err);
+}
+
+rssm_status rssm_layer_record_advance(rssm_layer *l, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,
+                                      rssm_buffer force, rssm_buffer cursor, void *command_buffer, rssm_error *err)
+{
+    if (!l || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer record advance: layer and command buffer must not be NULL");
+    rssm_status st = takes(l, true, "layer record advance", err);
+    if (st != RSSM_OK)
+        return st;
+    if (rows > l->params.max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer record advance: %u rows exceed the layer's max_rows %u", rows,
+                              l->params.max_rows);
+    if (rows == 0)
+        return rssm_clear_error(err);
+    if (!slot_index.handle || !write_pos.handle || !cursor.handle)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer record advance: slot_index, write_pos and cursor must not be 0 handles");
+    rssm_backend *b = l->backend;
+    return b->ops->layer_record_advance(b->ctx, l->dev, rows, &slot_index, &write_pos, &force, &cursor,
+                                        command_buffer, err);
 }

@@ -205,39 +205,46 @@ void rssm_io_sizes_init(rssm_io_sizes *s, const rssm_kernel_params *p, uint32_t 
     s->beta = rows * HV * sizeof(float);
 }
 
-void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint8_t *pool, uint32_t slots,
-                            const rssm_batch_arrays *a, const uint32_t *header, uint32_t *overflow,
-                            uint32_t layer)
+void rssm_layer_io_pool_strides(rssm_layer_io *io, const rssm_kernel_params *p)
 {
-    const size_t K = p->head_k, V = p->head_v, HV = p->num_v_heads;
+    const size_t K = p->head_k, V = p->head_v;
     const size_t rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
     const size_t gw = p->gate_kind == RSSM_CODE_GATE_KDA ? K : 1;
     rssm_io_sizes row;
     rssm_io_sizes_init(&row, p, 1);
-    const size_t first = (size_t)layer * p->max_rows; /* the layer's first row */
-    uint8_t *lb = pool + (size_t)layer * p->layer_bytes;
-    memset(io, 0, sizeof *io);
-    io->ckpt = lb;
-    io->ring_d = lb + p->ring_d_offset;
-    io->ring_k = lb + p->ring_k_offset;
-    io->ring_g = lb + p->ring_g_offset;
     io->ckpt_slot = io->ring_d_slot = io->ring_k_slot = io->ring_g_slot = p->slot_bytes;
     io->ckpt_head = V * K * rssm_dtype_size((rssm_dtype)p->state_dtype);
     io->ring_d_head = p->ring_cap * V * rsz;
     io->ring_k_head = p->ring_cap * K * rsz;
     io->ring_g_head = p->ring_cap * gw * sizeof(float);
-    io->q = (const uint8_t *)a->q + first * row.q;
-    io->k = (const uint8_t *)a->k + first * row.k;
-    io->v = (const uint8_t *)a->v + first * row.v;
-    io->gate = (const uint8_t *)a->gate + first * row.gate;
-    io->beta = (const uint8_t *)a->beta + first * row.beta;
-    io->out = (uint8_t *)a->out + first * row.out;
     io->q_row = row.q;
     io->k_row = row.k;
     io->v_row = row.v;
     io->gate_row = row.gate;
     io->beta_row = row.beta;
     io->out_row = row.out;
+}
+
+void rssm_layer_io_of_batch(rssm_layer_io *io, const rssm_kernel_params *p, uint8_t *pool, uint32_t slots,
+                            const rssm_batch_arrays *a, const uint32_t *header, uint32_t *overflow,
+                            uint32_t layer)
+{
+    const size_t HV = p->num_v_heads;
+    const size_t gw = p->gate_kind == RSSM_CODE_GATE_KDA ? p->head_k : 1;
+    const size_t first = (size_t)layer * p->max_rows; /* the layer's first row */
+    uint8_t *lb = pool + (size_t)layer * p->layer_bytes;
+    memset(io, 0, sizeof *io);
+    rssm_layer_io_pool_strides(io, p);
+    io->ckpt = lb;
+    io->ring_d = lb + p->ring_d_offset;
+    io->ring_k = lb + p->ring_k_offset;
+    io->ring_g = lb + p->ring_g_offset;
+    io->q = (const uint8_t *)a->q + first * io->q_row;
+    io->k = (const uint8_t *)a->k + first * io->k_row;
+    io->v = (const uint8_t *)a->v + first * io->v_row;
+    io->gate = (const uint8_t *)a->gate + first * io->gate_row;
+    io->beta = (const uint8_t *)a->beta + first * io->beta_row;
+    io->out = (uint8_t *)a->out + first * io->out_row;
     io->A_log = a->A_log + (size_t)layer * HV;
     io->dt_bias = a->dt_bias + (size_t)layer * HV * gw;
     if (header) {

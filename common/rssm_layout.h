@@ -94,10 +94,11 @@
 
 /* ----------------------------------------------------- kernel parameters
  *
- * Constant for the life of a batch: recorded into command buffers and graphs
- * as push constants or kernel arguments. Nothing in here changes between
- * steps (that lives in the step header). An X-macro, so C, CUDA and GLSL
- * declare the same 32-bit words in the same order.
+ * Constant for the life of a batch or a layer object: kernel arguments on
+ * CUDA, the CPU kernel's parameters; the Vulkan host turns them into its
+ * shaders' specialization and push constants (vk/vk_pipeline.c). Nothing in
+ * here changes between steps (that lives in the step header). An X-macro,
+ * so the C and CUDA sides declare the same 32-bit words in the same order.
  */
 #define RSSM_KERNEL_PARAMS_FIELDS(U, F)                                          \
     U(num_qk_heads) U(num_v_heads) U(head_k) U(head_v)                           \
@@ -110,12 +111,10 @@
 #define RSSM_KERNEL_PARAMS_WORDS 24u
 
 #if defined(GL_core_profile) || defined(GL_compatibility_profile) || defined(GL_es_profile)
-/* GLSL: the shader declares
- *   layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
- * plus its own per-dispatch words after it if it needs any. */
+/* GLSL: a block declared from an X-macro of U(name) and F(name) words
+ * (shaders/vk_abi.h's push constants) spells them with these. */
 #define RSSM_GLSL_U(name) uint name;
 #define RSSM_GLSL_F(name) float name;
-#define RSSM_KERNEL_PARAMS_GLSL RSSM_KERNEL_PARAMS_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F)
 #else
 #include <stddef.h>
 #include <stdint.h>

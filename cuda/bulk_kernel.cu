@@ -390,7 +390,13 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
             gj[j] = make_float4(ring_g[j], ring_g[j], ring_g[j], ring_g[j]);
     }
     float q[4], k[4], g[4], alpha[4];
-    const RowIn in = channel_inputs<4, 1>(a, st.io, hv, c0, 1u, q, k, g, alpha, nullptr);
+    /* KDA's inputs overlapped (channel_inputs): its coefficients, an exp
+     * per channel and entry, hold up the consumers at batch 16 and in full-
+     * ring steps, where they gained 6-9%. GDN's as before: there the
+     * overlapped loads gained nothing at batch 16 and lost 4% at batch 256
+     * (the kernel compiled to 26 fewer registers, and its empty and flush
+     * steps streamed slower), bench/results/h200_layer/notes.md. */
+    const RowIn in = channel_inputs<4, 1, KDA>(a, st.io, hv, c0, 1u, q, k, g, alpha, nullptr);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
      * the lane's parts of c_j(q) (at j) and c_j(k) (at kJ + j) on the way,

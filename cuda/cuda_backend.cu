@@ -673,31 +673,10 @@ struct CudaLayer {
     void *fold_buf;
 };
 
-/* Every kernel moves a head's rows (of the state, the rings' d and k, q, k,
- * v and out, and a KDA ring's gates) as 16-byte vectors or bulk copies,
- * so their strides and pointers must be multiples of 16 bytes; the
- * gates, beta and a GDN ring's one gate per entry are read as floats. */
-const char *misaligned_stride(const rssm_kernel_params *p, const rssm_layer_io *io)
-{
-    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
-    const struct {
-        size_t bytes, align;
-        const char *name;
-    } st[] = {
-        {io->ckpt_slot, 16, "state slot stride"},   {io->ckpt_head, 16, "state head stride"},
-        {io->ring_d_slot, 16, "ring_d slot stride"}, {io->ring_d_head, 16, "ring_d head stride"},
-        {io->ring_k_slot, 16, "ring_k slot stride"}, {io->ring_k_head, 16, "ring_k head stride"},
-        {io->ring_g_slot, kda ? 16u : 4u, "ring_g slot stride"},
-        {io->ring_g_head, kda ? 16u : 4u, "ring_g head stride"},
-        {io->q_row, 16, "q row stride"}, {io->k_row, 16, "k row stride"}, {io->v_row, 16, "v row stride"},
-        {io->out_row, 16, "out row stride"},
-    };
-    for (const auto &x : st)
-        if (x.bytes % x.align != 0)
-            return x.name;
-    return NULL;
-}
-
+/* The pointers of a launch, as rssm_layer_misaligned_stride asks of the
+ * strides: the arrays a head moves as 16-byte vectors or bulk copies on
+ * 16 bytes, the gates, beta and a GDN ring's one gate per entry on their
+ * elements. */
 const char *misaligned_pointer(const rssm_kernel_params *p, const rssm_layer_io *io)
 {
     const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
@@ -725,7 +704,7 @@ rssm_status cuda_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_
     const char *why = kernel_refusal(c->kernel, p, c->prop.sharedMemPerBlockOptin);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
-    if ((why = misaligned_stride(p, shape)) != NULL)
+    if ((why = rssm_layer_misaligned_stride(p, shape)) != NULL)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
                               "%s: the %s is not a multiple of 16 bytes (4 for a GDN ring's gates): the kernels "
                               "move a head's rows as 16-byte vectors",
@@ -873,5 +852,8 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_layer_run,
     cuda_layer_materialise,
     cuda_layer_advance,
+    nullptr, /* layer_record: device pointers, not buffers (rssm_layer_run) */
+    nullptr,
+    nullptr, /* vulkan_handles */
     nullptr, /* kernels: every variant name runs its own kernels */
 };

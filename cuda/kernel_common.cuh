@@ -201,6 +201,28 @@ __device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
     return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];
 }
 
+/* Element i of an fp32 or bf16 array whose dtype is known only at run
+ * time, when `in` (else 0), as its bits (a bf16 in the low half), by two
+ * predicated loads into one register; io_value converts it only after
+ * every load of a group is issued. load_io's conversion, inside the
+ * branch, made each load wait for its data before the next was issued: in
+ * channel_inputs q, k, the gate and beta were four global round trips in
+ * a row on the prologue's critical path (bench/results/h200_layer/notes.md). */
+__device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, bool bf16, bool in)
+{
+    uint32_t b = 0u;
+    if (in && !bf16)
+        b = static_cast<const uint32_t *>(p)[i];
+    if (in && bf16)
+        b = static_cast<const uint16_t *>(p)[i];
+    return b;
+}
+
+__device__ __forceinline__ float io_value(uint32_t bits, bool bf16)
+{
+    return __uint_as_float(bf16 ? bits << 16 : bits);
+}
+
 __device__ __forceinline__ void store_io(void *p, size_t i, bool bf16, float x)
 {
     if (bf16)
@@ -236,7 +258,7 @@ struct RowIn {
     float kq, beta;
 };
 
-template <int NC, int W, typename Args>
+template <int NC, int W, bool OVERLAP = true, typename Args>
 __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint32_t hv, uint32_t first,
                                                 uint32_t stride, float *q, float *k, float *g, float *alpha,
                                                 float *red)
@@ -253,18 +275,49 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
     const void *krow = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
     const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
     const void *gate = L.gate + io * L.gate_row;
-    const float b_in = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
+    const float *dt_bias = L.dt_bias + (size_t)hv * Kg;
+    /* OVERLAP: every global load of the step's inputs first, the gate
+     * weights of a raw gate mode too, so that their latencies overlap: one
+     * round trip before the sums, where q, k, gate and beta each waited for
+     * the one before (load_io_bits) and A_log and dt_bias were a further
+     * one after the sums. Without it each value is loaded where it is first
+     * used (the bulk kernel's GDN coefficients: see its call). */
+    uint32_t qr[NC], kr[NC], gr[NC], br = 0u;
+    float dt[NC], A_log = 0.0f;
+    if constexpr (OVERLAP) {
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+            const uint32_t c = first + stride * i;
+            qr[i] = load_io_bits(qrow, c, io_bf16, c < K);
+            kr[i] = load_io_bits(krow, c, io_bf16, c < K);
+            gr[i] = load_io_bits(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16, c < K);
+            dt[i] = raw && c < K ? __ldg(dt_bias + (kda ? c : 0u)) : 0.0f;
+        }
+        br = load_io_bits(L.beta + io * L.beta_row, hv, gate_bf16, true);
+        A_log = raw ? __ldg(L.A_log + hv) : 0.0f;
+    }
+    float b_in = 0.0f;
+    if constexpr (!OVERLAP)
+        b_in = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
     float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-        const uint32_t c = first + stride * i;
-        q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
-        k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
-        g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16) : 0.0f;
+        if constexpr (OVERLAP) {
+            q[i] = io_value(qr[i], io_bf16);
+            k[i] = io_value(kr[i], io_bf16);
+            g[i] = io_value(gr[i], gate_bf16);
+        } else {
+            const uint32_t c = first + stride * i;
+            q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
+            k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
+            g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16) : 0.0f;
+        }
         sq += q[i] * q[i];
         sk += k[i] * k[i];
         sqk += q[i] * k[i];
     }
+    if constexpr (OVERLAP)
+        b_in = io_value(br, gate_bf16);
     sq = warp_sum(sq);
     sk = warp_sum(sk);
     sqk = warp_sum(sqk);
@@ -289,15 +342,14 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
         qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
         kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
     }
-    const float A = raw ? expf(__ldg(L.A_log + hv)) : 0.0f;
-    const float *dt_bias = L.dt_bias + (size_t)hv * Kg;
+    const float A = raw ? expf(OVERLAP ? A_log : __ldg(L.A_log + hv)) : 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         const uint32_t c = first + stride * i;
         if (raw && c < K) {
-            const float dt = __ldg(dt_bias + (kda ? c : 0u));
-            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dt)
-                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dt));
+            const float dti = OVERLAP ? dt[i] : __ldg(dt_bias + (kda ? c : 0u));
+            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dti)
+                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dti));
         }
         alpha[i] = expf(g[i]);
         q[i] *= qn;

@@ -182,11 +182,11 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         }
     const void *v_row = L.v + io * L.v_row;
     const size_t v_at = (size_t)hv * V;
-    float vin[RPL];
+    uint32_t vin[RPL]; /* converted where used, so the load does not wait here (load_io_bits) */
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        vin[i] = v < V ? load_io(v_row, v_at + v, io_bf16) : 0.0f;
+        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, v < V);
     }
 
     /* 2. The per-channel vectors: from the prologue's record, or computed
@@ -284,7 +284,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        d[i] = beta * (vin[i] - pk[i]);
+        d[i] = beta * (io_value(vin[i], io_bf16) - pk[i]);
         if (t4 == (uint32_t)(i & 3) && v < V) {
             store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * kq);
             if (RING && !flush)

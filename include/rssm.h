@@ -361,6 +361,9 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
  * one) and holds what the launches need: the kernel choice, its launch
  * shape and a few bytes of device scratch. rssm_batch_step is built on the
  * same launches, with rssm's own pool as the tensors (docs/engines.md).
+ * The calls below take pointers (cpu: host memory; cuda: device memory);
+ * the vulkan backend takes buffers instead, recorded into the caller's
+ * command buffer: rssm_layer_record and the section after this one.
  *
  * Shapes, as the engines of docs/engines.md lay them out (R >= L - 1 ring
  * entries per head; an engine's [.., L, ..] ring has room to spare):
@@ -425,8 +428,9 @@ typedef struct rssm_layer_tensors {
 
 /* RSSM_OK when backend `b` can run layers of this description;
  * RSSM_ERR_UNSUPPORTED or RSSM_ERR_INVALID_ARGUMENT with the reason
- * otherwise (a stride pattern the kernels cannot take is named). Allocates
- * nothing. */
+ * otherwise (a stride pattern the kernels cannot take is named: the GPU
+ * kernels need the strides of the arrays a head moves as vectors in
+ * multiples of 16 bytes). Allocates nothing. */
 rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_desc *desc, rssm_error *err);
 
 /* A layer object for `desc` on backend `b` (which it keeps a reference
@@ -444,7 +448,8 @@ void rssm_layer_destroy(rssm_layer **layer);
  * is in device memory: the kernels skip rows whose slot index is out of
  * range and clamp write_pos into the ring. The cpu backend runs the layer
  * before returning, on host pointers, and refuses (RSSM_ERR_INVALID_ARGUMENT)
- * a write_pos out of range or a slot named twice. */
+ * a write_pos out of range or a slot named twice. RSSM_ERR_UNSUPPORTED on
+ * a backend that takes buffers (vulkan: rssm_layer_record). */
 rssm_status rssm_layer_run(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err);
 
@@ -470,6 +475,71 @@ rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_
 rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *slot_index,
                                const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                rssm_error *err);
+
+/* ------------------------------ one layer, in the caller's Vulkan buffers
+ *
+ * The same layer on the vulkan backend, recorded into a command buffer of
+ * the caller's, on buffers the caller owns. Vulkan has no device pointers
+ * to pass, so each tensor is named by a VkBuffer of the backend's device
+ * (rssm_backend_vulkan_handles) and the byte offset of its first element;
+ * everything else (shapes, strides, rows, padding, the flush rule) is as
+ * for rssm_layer_tensors, with a handle of 0 where a pointer would be NULL.
+ * Each tensor's buffer needs VK_BUFFER_USAGE_STORAGE_BUFFER_BIT (overflow's
+ * also TRANSFER_DST: it is cleared before the dispatch), its offset the
+ * alignment rssm_layer_can_implement names (16 bytes for the arrays a head
+ * moves as vectors, 4 for the rest), and it must hold the tensor's extent
+ * within the device's maxStorageBufferRange.
+ *
+ * A recording holds pipelines, dispatches and the descriptors pushed into
+ * the command buffer; nothing is allocated, submitted or waited for. It
+ * begins with a barrier that makes the command buffer's earlier compute and
+ * transfer writes visible to it and ends with one that makes its writes
+ * visible to later compute, transfer and host reads, so calls recorded in
+ * order run in order, as launches on one CUDA stream do. The caller
+ * submits the command buffer (on the queue rssm_backend_vulkan_handles
+ * names, or any queue of its family), and keeps the layer object alive
+ * until the work is done. The rssm_pool and rssm_batch calls of the same
+ * backend submit to that queue themselves: they must not run while the
+ * caller submits to it (Vulkan's external synchronisation of a queue). */
+
+typedef struct rssm_buffer {
+    uint64_t handle; /* a VkBuffer (a non-dispatchable handle, 64 bits everywhere) */
+    uint64_t offset; /* bytes from the buffer's start to the tensor's first element */
+} rssm_buffer;
+
+typedef struct rssm_layer_buffers {
+    rssm_buffer state, ring_d, ring_k, ring_g;
+    rssm_buffer q, k, v, gate, beta, A_log, dt_bias, out;
+    rssm_buffer slot_index, write_pos, force, overflow;
+} rssm_layer_buffers;
+
+/* The Vulkan objects of a vulkan backend, for a caller that creates its
+ * buffers and command buffers on the same device. Dispatchable handles as
+ * pointers: VkInstance, VkPhysicalDevice, VkDevice, VkQueue. */
+typedef struct rssm_vulkan_handles {
+    void *instance, *physical_device, *device, *queue;
+    uint32_t queue_family_index; /* of `queue`; command pools for rssm's recordings use it */
+    uint32_t api_version;        /* the version the device was created for (VK_MAKE_API_VERSION) */
+} rssm_vulkan_handles;
+
+/* RSSM_ERR_UNSUPPORTED on a backend that is not a vulkan one. */
+rssm_status rssm_backend_vulkan_handles(const rssm_backend *b, rssm_vulkan_handles *h, rssm_error *err);
+
+/* rssm_layer_run, recorded into `command_buffer` (a VkCommandBuffer in the
+ * recording state, of the backend's device); the kernels clamp and skip
+ * as rssm_layer_run says. RSSM_ERR_UNSUPPORTED on a backend that takes
+ * pointers (cpu, cuda: rssm_layer_run). */
+rssm_status rssm_layer_record(rssm_layer *layer, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
+                              rssm_error *err);
+
+/* rssm_layer_materialise, recorded: only the state, the rings, slot_index
+ * and write_pos are used. */
+rssm_status rssm_layer_record_materialise(rssm_layer *layer, uint32_t rows, const rssm_layer_buffers *t,
+                                          void *command_buffer, rssm_error *err);
+
+/* rssm_layer_advance, recorded (force's handle may be 0). */
+rssm_status rssm_layer_record_advance(rssm_layer *layer, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,
+                                      rssm_buffer force, rssm_buffer cursor, void *command_buffer, rssm_error *err);
 
 /* ------------------------------------------------------------- benchmarks */
 

@@ -79,8 +79,24 @@ layout(local_size_x_id = RSSM_VK_SPEC_WG_SIZE) in;  // SG_COUNT * SG_SIZE
 // read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
 layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
-// of buffer s / SLOTS_PER_BUFFER.
+// of buffer s / SLOTS_PER_BUFFER. 0: one layer on the caller's tensors,
+// the state and the three rings each in its own element of binding 0.
 layout(constant_id = RSSM_VK_SPEC_SLOTS_PER_BUFFER) const uint SLOTS_PER_BUFFER = 1u;
+layout(constant_id = RSSM_VK_SPEC_NUM_QK_HEADS) const uint NUM_QK_HEADS = 1u;
+layout(constant_id = RSSM_VK_SPEC_NUM_V_HEADS) const uint NUM_V_HEADS = 1u;
+// Words from one layer's block of a slot to the next's, for a dispatch
+// over a batch's layers (gl_WorkGroupID.z); 0 for one layer.
+layout(constant_id = RSSM_VK_SPEC_LAYER_WORDS) const uint LAYER_WORDS = 0u;
+// A head's first element in each state tensor: slot * X_SLOT + head * X_HEAD
+// (rssm_layer_io's strides in elements; a slot counted within its buffer).
+layout(constant_id = RSSM_VK_SPEC_CK_SLOT) const uint CK_SLOT = 0u;
+layout(constant_id = RSSM_VK_SPEC_CK_HEAD) const uint CK_HEAD = 0u;
+layout(constant_id = RSSM_VK_SPEC_RD_SLOT) const uint RD_SLOT = 0u;
+layout(constant_id = RSSM_VK_SPEC_RD_HEAD) const uint RD_HEAD = 0u;
+layout(constant_id = RSSM_VK_SPEC_RK_SLOT) const uint RK_SLOT = 0u;
+layout(constant_id = RSSM_VK_SPEC_RK_HEAD) const uint RK_HEAD = 0u;
+layout(constant_id = RSSM_VK_SPEC_RG_SLOT) const uint RG_SLOT = 0u;
+layout(constant_id = RSSM_VK_SPEC_RG_HEAD) const uint RG_HEAD = 0u;
 // Workgroups per value head, each with V / ROW_SPLIT consecutive rows (a
 // multiple of SG_COUNT * ROW_BLOCK; the host decides, vk/vk_pipeline.c). A
 // small batch has too few (row, head) pairs to keep a GPU's memory busy,
@@ -108,45 +124,62 @@ const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 const uint ROW_BLOCK = RSSM_VK_ROW_BLOCK;
 const uint ROWS_PER_PASS = SG_COUNT * ROW_BLOCK;
 
-layout(push_constant) uniform Params { RSSM_KERNEL_PARAMS_GLSL } params;
+layout(push_constant) uniform Push { RSSM_VK_PUSH_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F) } pc;
 
+// Bindings: vk/vk_internal.h's BIND_* list.
 layout(std430, binding = 0) buffer Pool { uint w[]; } pool_buf[RSSM_VK_POOL_BUFFERS];
-// The same pool seen in 8- and 16-byte words, for whole channel quads (state
-// rows and ring entries start on 256-byte boundaries and K % 4 == 0).
+// The same buffers seen in 8- and 16-byte words, for whole channel quads
+// (every head's rows start on a 16-byte boundary and K % 4 == 0).
 layout(std430, binding = 0) buffer Pool2 { uvec2 w[]; } pool2_buf[RSSM_VK_POOL_BUFFERS];
 layout(std430, binding = 0) buffer Pool4 { uvec4 w[]; } pool4_buf[RSSM_VK_POOL_BUFFERS];
-// The buffer that holds this workgroup's slot (set first thing in main; the
-// same for the whole workgroup): `pool` is that buffer from here on.
-uint g_pool = 0u;
-#define pool pool_buf[g_pool]
-#define pool2 pool2_buf[g_pool]
-#define pool4 pool4_buf[g_pool]
-layout(std430, binding = 1) readonly buffer Header { uint w[]; } hdr;
-layout(std430, binding = 2) readonly buffer Q { uint w[]; } qbuf;
-layout(std430, binding = 3) readonly buffer Kb { uint w[]; } kbuf;
-layout(std430, binding = 4) readonly buffer Vb { uint w[]; } vbuf;
-layout(std430, binding = 5) readonly buffer Gate { float w[]; } gate;
-layout(std430, binding = 6) readonly buffer Beta { float w[]; } beta_in;
-layout(std430, binding = 7) readonly buffer ALog { float w[]; } a_log;
-layout(std430, binding = 8) readonly buffer DtBias { float w[]; } dt_bias;
-layout(std430, binding = 9) writeonly buffer Out { uint w[]; } outbuf;
-// [max_rows]: 1 for a header row whose ring append overflowed the ring
-// dtype (docs/design.md §2); only ever set to 1, the host zeroes it.
-layout(std430, binding = 10) writeonly buffer Overflow { uint w[]; } overflow;
+// The elements of binding 0 that hold this workgroup's checkpoint and
+// rings (set first thing in main; the same for the whole workgroup): one
+// buffer, the slot's, in a pool; four for a layer on the caller's tensors.
+uint g_c = 0u, g_rd = 0u, g_rk = 0u, g_rg = 0u;
+#define ckpt pool_buf[g_c]
+#define ckpt2 pool2_buf[g_c]
+#define ckpt4 pool4_buf[g_c]
+#define ring_d pool_buf[g_rd]
+#define ring_k pool_buf[g_rk]
+#define ring_g pool_buf[g_rg]
+#define ring_g4 pool4_buf[g_rg]
+// A row's slot, write_pos, force and step-array row (a batch: all four in
+// its step header; a layer: the caller's int32 tensors).
+layout(std430, binding = 1) readonly buffer RowSlot { uint w[]; } row_slot;
+layout(std430, binding = 2) readonly buffer RowPos { uint w[]; } row_pos;
+layout(std430, binding = 3) readonly buffer RowForce { uint w[]; } row_force;
+layout(std430, binding = 4) readonly buffer RowIo { uint w[]; } row_io;
+layout(std430, binding = 5) readonly buffer Q { uint w[]; } qbuf;
+layout(std430, binding = 6) readonly buffer Kb { uint w[]; } kbuf;
+layout(std430, binding = 7) readonly buffer Vb { uint w[]; } vbuf;
+layout(std430, binding = 8) readonly buffer Gate { uint w[]; } gatebuf;   // fp32 or bf16
+layout(std430, binding = 9) readonly buffer Beta { uint w[]; } betabuf;   // fp32 or bf16
+layout(std430, binding = 10) readonly buffer ALog { float w[]; } a_log;
+layout(std430, binding = 11) readonly buffer DtBias { float w[]; } dt_bias;
+layout(std430, binding = 12) writeonly buffer Out { uint w[]; } outbuf;
+// 1 for a row whose ring append overflowed the ring dtype (docs/design.md
+// §2); only ever set to 1: the host zeroes the flags before the dispatch.
+layout(std430, binding = 13) writeonly buffer Overflow { uint w[]; } overflow;
 
-RSSM_DEFINE_LOADS(pool, pool)
-RSSM_DEFINE_STORES(pool, pool)
+RSSM_DEFINE_LOADS(ckpt, ckpt)
+RSSM_DEFINE_STORES(ckpt, ckpt)
+RSSM_DEFINE_LOADS(rd, ring_d)
+RSSM_DEFINE_STORES(rd, ring_d)
+RSSM_DEFINE_LOADS(rk, ring_k)
+RSSM_DEFINE_STORES(rk, ring_k)
 RSSM_DEFINE_LOADS(qin, qbuf)
 RSSM_DEFINE_LOADS(kin, kbuf)
 RSSM_DEFINE_LOADS(vin, vbuf)
+RSSM_DEFINE_LOADS(gatein, gatebuf)
+RSSM_DEFINE_LOADS(betain, betabuf)
 
 // Four channels of a state row (element i % 4 == 0 from word `base`, a
 // multiple of 4) in one 16-byte (fp32) or 8-byte (bf16) access.
 vec4 state_load4(uint base, uint i)
 {
     if (STATE_DT == RSSM_CODE_DTYPE_F32)
-        return uintBitsToFloat(pool4.w[(base + i) >> 2]);
-    uvec2 w = pool2.w[(base + (i >> 1)) >> 1];
+        return uintBitsToFloat(ckpt4.w[(base + i) >> 2]);
+    uvec2 w = ckpt2.w[(base + (i >> 1)) >> 1];
     return vec4(rssm_bf16_to_f32(w.x & 0xffffu), rssm_bf16_to_f32(w.x >> 16),
                 rssm_bf16_to_f32(w.y & 0xffffu), rssm_bf16_to_f32(w.y >> 16));
 }
@@ -154,9 +187,9 @@ vec4 state_load4(uint base, uint i)
 void state_store4(uint base, uint i, vec4 x)
 {
     if (STATE_DT == RSSM_CODE_DTYPE_F32) {
-        pool4.w[(base + i) >> 2] = floatBitsToUint(x);
+        ckpt4.w[(base + i) >> 2] = floatBitsToUint(x);
     } else {
-        pool2.w[(base + (i >> 1)) >> 1] = uvec2(rssm_f32_to_bf16(x.x) | (rssm_f32_to_bf16(x.y) << 16),
+        ckpt2.w[(base + (i >> 1)) >> 1] = uvec2(rssm_f32_to_bf16(x.x) | (rssm_f32_to_bf16(x.y) << 16),
                                                 rssm_f32_to_bf16(x.z) | (rssm_f32_to_bf16(x.w) << 16));
     }
 }
@@ -224,7 +257,7 @@ const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 // reads each value once (one lane per entry); a flush's row update takes
 // it from that lane by shuffle (entries past the subgroup's size: read
 // again).
-#define RING_D(j, v) pool_load(RING_DT, rd_base, (hv * RING_CAP + (j)) * V + (v))
+#define RING_D(j, v) rd_load(RING_DT, rd_base, rd_elem + (j) * V + (v))
 #endif
 
 #if RSSM_TILES != 0
@@ -285,15 +318,18 @@ float log1p_(float x)
     return u == 1.0 ? x : log(u) * (x / (u - 1.0));
 }
 
-// The log-decay from the gate input `a` (PRECOMPUTED: a is g).
-float gate_g(float a, float alog, float bias)
+// The log-decay from the gate input `a` (PRECOMPUTED: a is g); A_log and
+// dt_bias at the given indices are read only by the RAW modes (a layer
+// without them binds none).
+float gate_g(uint mode, float a, uint alog_i, uint bias_i)
 {
-    if (params.gate_mode == RSSM_CODE_MODE_PRECOMPUTED)
+    if (mode == RSSM_CODE_MODE_PRECOMPUTED)
         return a;
-    float x = a + bias;
-    if (params.gate_mode == RSSM_CODE_MODE_RAW)
+    const float alog = a_log.w[pc.base_alog + alog_i];
+    float x = a + dt_bias.w[pc.base_dtb + bias_i];
+    if (mode == RSSM_CODE_MODE_RAW)
         return -exp(alog) * (x > RSSM_SOFTPLUS_THRESHOLD ? x : log1p_(exp(x)));
-    return params.gate_lower_bound * sigmoid(exp(alog) * x);
+    return pc.gate_lower_bound * sigmoid(exp(alog) * x);
 }
 
 // Loads the block of ROW_BLOCK rows v0 + r*SG_COUNT into CUR (zeros past
@@ -384,13 +420,13 @@ float gate_g(float a, float alog, float bias)
 // One entry j of the coefficient pass's walk (below), newest first.
 #define RSSM_WALK_ENTRY(j)                                                         \
     if (j < n) {                                                                   \
-        const float g_one = kda ? 0.0 : uintBitsToFloat(pool.w[rg_base + hv * RING_CAP + j]); \
+        const float g_one = kda ? 0.0 : uintBitsToFloat(ring_g.w[rg_base + rg_elem + j]); \
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                         \
             const uint cq = lane + i * SG_SIZE;                                    \
             if (cq < KQ) {                                                         \
                 precise const vec4 s = s_r[i];                                     \
                 if (KK_IN_REGS) {                                                  \
-                    const vec4 kk = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + 4u * cq) * \
+                    const vec4 kk = rk_load4(RING_DT, rk_base, rk_elem + (j) * K + 4u * cq) * \
                                     (exp(s) * alpha_r[i]);                         \
                     kk_r[(j) * ROW_QUADS + i] = kk;                                \
                     if (j % SG_COUNT == sg)                                        \
@@ -401,7 +437,7 @@ float gate_g(float a, float alog, float bias)
                         kr4_put(j, cq, kk);                                        \
                     cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 }                                                                  \
-                s_r[i] = s + (kda ? uintBitsToFloat(pool4.w[(rg_base + (hv * RING_CAP + j) * K + 4u * cq) >> 2]) \
+                s_r[i] = s + (kda ? uintBitsToFloat(ring_g4.w[(rg_base + rg_elem + (j) * K + 4u * cq) >> 2]) \
                                   : vec4(g_one));                                  \
             }                                                                      \
         }                                                                          \
@@ -434,15 +470,31 @@ void main()
     const uint hv = gl_WorkGroupID.x / ROW_SPLIT, part = gl_WorkGroupID.x % ROW_SPLIT;
     const uint row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
     const uint t = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    // The row's words are read with the row count, not after it (the
-    // header holds max_rows rows, one per workgroup row): one memory round
-    // trip less before the state loads can go out.
-    const uint hrow = RSSM_HEADER_WORDS + row * RSSM_ROW_WORDS;
-    const uint rows = hdr.w[RSSM_HEADER_ROWS], slot = hdr.w[hrow + RSSM_ROW_SLOT];
-    const uint write_pos = hdr.w[hrow + RSSM_ROW_WRITE_POS], force = hdr.w[hrow + RSSM_ROW_FORCE];
-    const uint io_row = hdr.w[hrow + RSSM_ROW_IO];
+    // The row's words are read with the row count, not after it (a step
+    // header holds max_rows rows, one per workgroup row; a layer's dispatch
+    // has as many workgroup rows as rows): one memory round trip less
+    // before the state loads can go out.
+    const uint rw = row * pc.row_stride;
+    const uint rows = pc.rows != RSSM_VK_NONE ? pc.rows : row_slot.w[pc.rows_word];
+    const uint slot = row_slot.w[pc.base_slot + rw], write_pos = row_pos.w[pc.base_wpos + rw];
+    const uint force = pc.base_force != RSSM_VK_NONE ? row_force.w[pc.base_force + rw] : 0u;
+    // min(): a corrupt header must not index past the step arrays.
+    const uint io_row = pc.base_io != RSSM_VK_NONE ? min(row_io.w[pc.base_io + rw], pc.layer_rows - 1u) : row;
     if (row >= rows)
         return; // idle row: uniform for the whole workgroup
+    const uint HV = NUM_V_HEADS, H = NUM_QK_HEADS, K = HEAD_K, V = HEAD_V;
+    const uint v_begin = part * (V / ROW_SPLIT), v_end = v_begin + V / ROW_SPLIT; // this workgroup's rows
+    const uint lr = layer * pc.layer_rows + io_row; // the row of the step arrays
+    const uint o_elem = lr * pc.out_row + hv * V;
+    // A padding row (slot out of range; a negative int32 index is a large
+    // one): its output is zeroed, by one pipeline of a replay step, and no
+    // slot is touched.
+    if (slot >= pc.slots) {
+        if (RING_LEN == 1u || FLUSH_ROWS == 0u)
+            for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
+                out_store2(pc.base_out, o_elem + p, vec2(0.0));
+        return;
+    }
 #if RSSM_REPLAY
     // min(): a corrupt header must not send the kernel outside the ring.
     const uint n = min(write_pos, RING_CAP);
@@ -459,26 +511,31 @@ void main()
     // does, so L = 1 stays bit-identical to packed in every variant. The
     // tiles cover all V rows: a tile module's flush pipeline has ROW_SPLIT 1.
     const bool tile_flush = RSSM_TILES != 0 && flush && n > 0u;
-    const uint HV = params.num_v_heads, H = params.num_qk_heads, K = HEAD_K, V = HEAD_V;
     const uint h = hv / (HV / H);
     const bool kda = GATE_KIND == RSSM_CODE_GATE_KDA;
-    // This workgroup's rows of the head.
-    const uint v_begin = part * (V / ROW_SPLIT), v_end = v_begin + V / ROW_SPLIT;
+    const uint mode = pc.mode_flags & 0xffu, flags = pc.mode_flags >> 8u;
+    const uint gate_dt = (flags & RSSM_FLAG_GATE_BF16) != 0u ? RSSM_CODE_DTYPE_BF16 : RSSM_CODE_DTYPE_F32;
 
-    // Word offsets within the slot's buffer, which the host keeps under
-    // 2^32 words. min(): a corrupt header must not index past the array.
-    g_pool = min(slot / SLOTS_PER_BUFFER, RSSM_VK_POOL_BUFFERS - 1u);
-    const uint lw = (slot % SLOTS_PER_BUFFER) * (params.slot_bytes / 4u) + layer * (params.layer_bytes / 4u);
-    const uint c_base = lw;                               // C [HV][V][K]
-    const uint c_elem = hv * V * K;                       // this head's rows
-    const uint rd_base = lw + params.ring_d_offset / 4u;  // [HV][cap][V]
-    const uint rk_base = lw + params.ring_k_offset / 4u;  // [H][cap][K]
-    const uint rg_base = lw + params.ring_g_offset / 4u;  // [HV][cap] or [HV][cap][K]
-    // The row of the step arrays this header row reads and writes.
-    const uint lr = layer * params.max_rows + min(io_row, params.max_rows - 1u);
-    const uint qk_elem = (lr * H + h) * K;
-    const uint v_elem = (lr * HV + hv) * V;
-    const uint g_index = kda ? (lr * HV + hv) * K : lr * HV + hv;
+    // Where this head is: the element of binding 0 (a pool's buffer of the
+    // slot, or the tensor's own), the word its layer starts at, and the
+    // head's first element, all under 2^32 (the host keeps a binding within
+    // maxStorageBufferRange). min(): a corrupt header must not index past
+    // the array.
+    const bool own = SLOTS_PER_BUFFER == 0u;
+    const uint sbuf = own ? 0u : min(slot / SLOTS_PER_BUFFER, RSSM_VK_POOL_BUFFERS - 1u);
+    const uint sib = own ? slot : slot % SLOTS_PER_BUFFER; // the slot within its buffer
+    g_c = sbuf;
+    g_rd = own ? 1u : sbuf;
+    g_rk = own ? 2u : sbuf;
+    g_rg = own ? 3u : sbuf;
+    const uint lw = layer * LAYER_WORDS;
+    const uint c_base = pc.base_c + lw, c_elem = sib * CK_SLOT + hv * CK_HEAD;     // C [V][K]
+    const uint rd_base = pc.base_rd + lw, rd_elem = sib * RD_SLOT + hv * RD_HEAD;  // d [cap][V]
+    const uint rk_base = pc.base_rk + lw, rk_elem = sib * RK_SLOT + h * RK_HEAD;   // k [cap][K]
+    const uint rg_base = pc.base_rg + lw, rg_elem = sib * RG_SLOT + hv * RG_HEAD;  // g [cap] or [cap][K]
+    const uint q_elem = lr * pc.q_row + h * K, k_elem = lr * pc.k_row + h * K;
+    const uint v_elem = lr * pc.v_row + hv * V;
+    const uint g_index = lr * pc.gate_row + (kda ? hv * K : hv);
 
     // ---- 0. what depends only on the header, loaded first ------------------
     // This subgroup's first block of state rows, and the ring staged in
@@ -496,14 +553,15 @@ void main()
             const uint j = sg + e * SG_COUNT, cq = lane + i * SG_SIZE;
             kj_r[e * ROW_QUADS + i] = vec4(0.0);
             if (j < n && cq < KQ)
-                kj_r[e * ROW_QUADS + i] = pool_load4(RING_DT, rk_base, (h * RING_CAP + j) * K + 4u * cq);
+                kj_r[e * ROW_QUADS + i] = rk_load4(RING_DT, rk_base, rk_elem + j * K + 4u * cq);
         }
 #endif
 
     // ---- 1. q, k, gate, beta ------------------------------------------------
     vec4 part_sums = vec4(0.0);
     for (uint cq = t; cq < KQ; cq += WG_SIZE) {
-        const vec4 q4 = qin_load4(IO_DT, 0u, qk_elem + 4u * cq), k4 = kin_load4(IO_DT, 0u, qk_elem + 4u * cq);
+        const vec4 q4 = qin_load4(IO_DT, pc.base_q, q_elem + 4u * cq);
+        const vec4 k4 = kin_load4(IO_DT, pc.base_k, k_elem + 4u * cq);
         s_q4[cq] = q4;
         s_k4[cq] = k4;
         part_sums += vec4(dot4(q4, q4), dot4(k4, k4), dot4(q4, k4), 0.0);
@@ -511,19 +569,20 @@ void main()
     // v with q and k, not row by row in the readout, where each block of
     // rows would wait for its own load.
     for (uint p = v_begin + t; p < v_end; p += WG_SIZE)
-        s_v[p] = vin_load(IO_DT, 0u, v_elem + p);
+        s_v[p] = vin_load(IO_DT, pc.base_v, v_elem + p);
     const vec4 sums = workgroup_sum(part_sums); // also the barrier after the staging
-    const bool l2 = (params.flags & RSSM_FLAG_QK_L2NORM) != 0u;
+    const bool l2 = (flags & RSSM_FLAG_QK_L2NORM) != 0u;
     const float rq = l2 ? 1.0 / sqrt(sums.x + RSSM_L2NORM_EPS) : 1.0;
     const float rk = l2 ? 1.0 / sqrt(sums.y + RSSM_L2NORM_EPS) : 1.0;
-    const float qs = rq * params.q_scale;
+    const float qs = rq * pc.q_scale;
     precise const float kq = sums.z * qs * rk; // (k . q) of the normalised, scaled vectors
 
-    float beta = beta_in.w[lr * HV + hv];
-    if (params.gate_mode != RSSM_CODE_MODE_PRECOMPUTED)
+    float beta = betain_load(gate_dt, pc.base_beta, lr * pc.beta_row + hv);
+    if (mode != RSSM_CODE_MODE_PRECOMPUTED)
         beta = sigmoid(beta);
     // GDN: one decay; every invocation computes it.
-    const float g_head = kda ? 0.0 : gate_g(gate.w[g_index], a_log.w[layer * HV + hv], dt_bias.w[layer * HV + hv]);
+    const uint ah = layer * HV + hv; // A_log [layers][HV], dt_bias [layers][HV] or [layers][HV][K]
+    const float g_head = kda ? 0.0 : gate_g(mode, gatein_load(gate_dt, pc.base_gate, g_index), ah, ah);
 
     // Per channel quad: normalise, this step's decay alpha, and with a ring
     // KK_j = k_j gamma_j alpha in place of k_j, gamma_j = exp(gsum_j),
@@ -537,12 +596,11 @@ void main()
         s_k4[cq] = kn;
         vec4 g = vec4(g_head);
         if (kda) {
-            const float alog = a_log.w[layer * HV + hv];
-            const uint bias = (layer * HV + hv) * K + c;
-            g = vec4(gate_g(gate.w[g_index + c], alog, dt_bias.w[bias]),
-                     gate_g(gate.w[g_index + c + 1u], alog, dt_bias.w[bias + 1u]),
-                     gate_g(gate.w[g_index + c + 2u], alog, dt_bias.w[bias + 2u]),
-                     gate_g(gate.w[g_index + c + 3u], alog, dt_bias.w[bias + 3u]));
+            const uint bias = ah * K + c;
+            g = vec4(gate_g(mode, gatein_load(gate_dt, pc.base_gate, g_index + c), ah, bias),
+                     gate_g(mode, gatein_load(gate_dt, pc.base_gate, g_index + c + 1u), ah, bias + 1u),
+                     gate_g(mode, gatein_load(gate_dt, pc.base_gate, g_index + c + 2u), ah, bias + 2u),
+                     gate_g(mode, gatein_load(gate_dt, pc.base_gate, g_index + c + 3u), ah, bias + 3u));
             s_g4[cq] = g;
         }
         // With an empty ring alpha Gamma is alpha (Gamma = 1); else it comes
@@ -716,7 +774,7 @@ void main()
             for (uint e = lane; e < TILE_M * TILE_N; e += SG_SIZE) {
                 const uint v = v0 + e / TILE_N, c = c0 + e % TILE_N;
                 s_tile[tile_scratch + e] = (v < V && c < K)
-                    ? pool_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag4[c >> 2][c & 3u] + s_d[v] * s_k4[c >> 2][c & 3u]
+                    ? ckpt_load(STATE_DT, c_base, c_elem + v * K + c) * s_ag4[c >> 2][c & 3u] + s_d[v] * s_k4[c >> 2][c & 3u]
                     : 0.0;
             }
             subgroupMemoryBarrierShared();
@@ -737,7 +795,7 @@ void main()
             for (uint e = lane * 2u; e < TILE_M * TILE_N; e += SG_SIZE * 2u) {
                 const uint v = v0 + e / TILE_N, c = c0 + e % TILE_N;
                 if (storing && v < V && c < K)
-                    pool_store2(STATE_DT, c_base, c_elem + v * K + c,
+                    ckpt_store2(STATE_DT, c_base, c_elem + v * K + c,
                                 vec2(s_tile[tile_scratch + e], s_tile[tile_scratch + e + 1u]));
             }
             subgroupBarrier();
@@ -748,27 +806,27 @@ void main()
     // ---- 3. output, and the ring append -------------------------------------
     // Each workgroup its own rows; the head's k and g, once per head.
     for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
-        out_store2(0u, v_elem + p, vec2(s_o[p], s_o[p + 1u]));
+        out_store2(pc.base_out, o_elem + p, vec2(s_o[p], s_o[p + 1u]));
 #if RSSM_REPLAY
     if (!flush) {
         bool over = false;
         for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u) {
             const vec2 dv = vec2(s_d[p], s_d[p + 1u]);
-            pool_store2(RING_DT, rd_base, (hv * RING_CAP + n) * V + p, dv);
+            rd_store2(RING_DT, rd_base, rd_elem + n * V + p, dv);
             over = over || ring_overflows(RING_DT, vec4(dv, 0.0, 0.0));
         }
         if (part == 0u && hv % (HV / H) == 0u)
             for (uint cq = t; cq < KQ; cq += WG_SIZE) {
-                pool_store4(RING_DT, rk_base, (h * RING_CAP + n) * K + 4u * cq, s_k4[cq]);
+                rk_store4(RING_DT, rk_base, rk_elem + n * K + 4u * cq, s_k4[cq]);
                 over = over || ring_overflows(RING_DT, s_k4[cq]);
             }
-        if (over)
-            overflow.w[row] = 1u;
+        if (over && pc.base_over != RSSM_VK_NONE)
+            overflow.w[pc.base_over + row] = 1u;
         if (part == 0u && kda) {
             for (uint cq = t; cq < KQ; cq += WG_SIZE)
-                pool4.w[(rg_base + (hv * RING_CAP + n) * K + 4u * cq) >> 2] = floatBitsToUint(s_g4[cq]);
+                ring_g4.w[(rg_base + rg_elem + n * K + 4u * cq) >> 2] = floatBitsToUint(s_g4[cq]);
         } else if (part == 0u && t == 0u) {
-            pool.w[rg_base + hv * RING_CAP + n] = floatBitsToUint(g_head);
+            ring_g.w[rg_base + rg_elem + n] = floatBitsToUint(g_head);
         }
     }
 #endif

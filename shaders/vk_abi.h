@@ -7,7 +7,9 @@
 /* A pool is at most this many storage buffers, each holding whole slots and
  * no more than the device binds in one descriptor (maxStorageBufferRange,
  * 128 MiB on lavapipe, 4 GiB on NVIDIA): binding 0 of the decode shaders is
- * an array of this many, and a workgroup indexes it with its slot's buffer. */
+ * an array of this many, and a workgroup indexes it with its slot's buffer.
+ * A layer on the caller's buffers (SLOTS_PER_BUFFER 0) binds its state,
+ * ring_d, ring_k and ring_g tensors as elements 0 to 3 instead. */
 #define RSSM_VK_POOL_BUFFERS 16
 
 /* Subgroups per decode workgroup. */
@@ -37,6 +39,46 @@
 #define RSSM_VK_SPEC_ROW_SPLIT 14
 #define RSSM_VK_SPEC_PREFETCH 15
 #define RSSM_VK_SPEC_UNROLL_RING 16
-#define RSSM_VK_SPEC_COUNT 17
+#define RSSM_VK_SPEC_NUM_QK_HEADS 17
+#define RSSM_VK_SPEC_NUM_V_HEADS 18
+#define RSSM_VK_SPEC_LAYER_WORDS 19
+/* A head's place in the state and ring tensors, in elements of each one's
+ * dtype: slot and head strides (rssm_layer_io's, over the element size). */
+#define RSSM_VK_SPEC_CK_SLOT 20
+#define RSSM_VK_SPEC_CK_HEAD 21
+#define RSSM_VK_SPEC_RD_SLOT 22
+#define RSSM_VK_SPEC_RD_HEAD 23
+#define RSSM_VK_SPEC_RK_SLOT 24
+#define RSSM_VK_SPEC_RK_HEAD 25
+#define RSSM_VK_SPEC_RG_SLOT 26
+#define RSSM_VK_SPEC_RG_HEAD 27
+#define RSSM_VK_SPEC_COUNT 28
+
+/* The decode shaders' push constants: what one dispatch of one layer (or
+ * of every layer of a batch) reads where, and the model's run-time
+ * choices. Offsets ("base_") count 32-bit words from the start of each
+ * binding; row strides count elements of the tensor's dtype. The
+ * per-dispatch half of rssm_layer_io (common/rssm_layout.h); its
+ * per-layer half, the state and ring strides, are specialization
+ * constants. 31 words: within the 128 bytes every device offers.
+ *   rows        the row count, or RSSM_VK_NONE: the word rows_word of
+ *               the slot binding holds it (a batch's step header)
+ *   slots       a row whose slot is at or above this is padding
+ *   layer_rows  rows of the step arrays per layer of a dispatch over
+ *               layers (a batch: max_rows; one layer: 0)
+ *   row_stride  words from one row's slot (write_pos, force, io) to the next
+ *   base_force, base_io, base_over: RSSM_VK_NONE where absent (no row
+ *               forced; a row's step-array row is its own; no flags)
+ *   mode_flags  gate_mode | flags << 8 (RSSM_CODE_MODE_*, RSSM_FLAG_*) */
+#define RSSM_VK_PUSH_FIELDS(U, F)                                                  \
+    U(rows) U(rows_word) U(slots) U(layer_rows) U(row_stride)                      \
+    U(base_c) U(base_rd) U(base_rk) U(base_rg)                                     \
+    U(base_q) U(base_k) U(base_v) U(base_gate) U(base_beta) U(base_out)            \
+    U(base_alog) U(base_dtb)                                                       \
+    U(base_slot) U(base_wpos) U(base_force) U(base_io) U(base_over)                \
+    U(q_row) U(k_row) U(v_row) U(gate_row) U(beta_row) U(out_row)                  \
+    U(mode_flags) F(q_scale) F(gate_lower_bound)
+#define RSSM_VK_PUSH_WORDS 31
+#define RSSM_VK_NONE 0xffffffffu
 
 #endif

@@ -46,6 +46,10 @@ static void help(void)
            "  --state LIST       state dtypes fp32, bf16 (default both)\n"
            "  --ring-dtype T     fp32, fp16 or bf16 (default fp16)\n"
            "  --io T             q/k/v/output dtype, fp32 or bf16 (default bf16)\n"
+           "  --gate-mode M      precomputed, raw or raw-safe (default precomputed): the\n"
+           "                     step's gate and beta as g and beta, or as the raw\n"
+           "                     projections a and b from which the kernels compute them\n"
+           "                     (with A_log and dt_bias), as an engine passes them\n"
            "  --positions LIST   uniform, staggered (default both): rows all at one ring\n"
            "                     position, or spread by the RSSM_FLUSH_STAGGERED policy\n"
            "  --cycles N         timed runs of each program; the median is reported (default 3)\n"
@@ -65,6 +69,7 @@ typedef struct bench_opts {
     rssm_dtype state[2];
     size_t nstate;
     rssm_dtype ring_dtype, io_dtype;
+    rssm_gate_mode gate_mode;
     int positions[2]; /* 0 uniform, 1 staggered */
     size_t npos;
     uint32_t cycles;
@@ -105,6 +110,18 @@ static int parse_dtype(const char *cmd, const char *opt, const char *s, rssm_dty
         return 0;
     }
     return 1;
+}
+
+static int parse_gate_mode(const char *cmd, const char *s, rssm_gate_mode *out)
+{
+    static const rssm_gate_mode modes[] = {RSSM_GATE_PRECOMPUTED, RSSM_GATE_RAW, RSSM_GATE_RAW_SAFE};
+    for (size_t i = 0; i < sizeof modes / sizeof modes[0]; i++)
+        if (strcmp(s, rssm_gate_mode_name(modes[i])) == 0) {
+            *out = modes[i];
+            return 1;
+        }
+    fprintf(stderr, "rssm %s: --gate-mode: unknown mode '%s' (precomputed, raw, raw-safe)\n", cmd, s);
+    return 0;
 }
 
 /* ------------------------------------------------------------ inputs */
@@ -162,10 +179,14 @@ static int inputs_make(host_inputs *h, const rssm_model *m, uint32_t rows, uint6
     fill_io(h->q, m->io_dtype, nqk, &r);
     fill_io(h->k, m->io_dtype, nqk, &r);
     fill_io(h->v, m->io_dtype, nv, &r);
+    /* Precomputed: g in [log-decay of 1e-3, 0) and beta in (0, 1). Raw: the
+     * projections a and b, spread as bench/h200/layer_check.py spreads an
+     * engine's (the kernels' softplus and sigmoid see both of their ranges). */
+    const int raw = m->gate_mode != RSSM_GATE_PRECOMPUTED;
     for (size_t i = 0; i < ng; i++)
-        h->gate[i] = (float)-exp(rh_rng_uniform(&r, log(1e-3), 0.0));
+        h->gate[i] = raw ? (float)rh_rng_uniform(&r, -3.0, 3.0) : (float)-exp(rh_rng_uniform(&r, log(1e-3), 0.0));
     for (size_t i = 0; i < nb; i++)
-        h->beta[i] = (float)rh_rng_uniform(&r, 0.05, 0.95);
+        h->beta[i] = (float)rh_rng_uniform(&r, raw ? -3.0 : 0.05, raw ? 3.0 : 0.95);
     h->in = (rssm_step_inputs){h->q, h->k, h->v, h->gate, h->beta};
     return 1;
 }
@@ -218,6 +239,31 @@ static size_t llc_bytes(void)
     return best;
 }
 
+/* Raw gate modes: every layer's A_log and dt_bias, random in the ranges
+ * bench/h200/layer_check.py gives an engine's (the batch starts them at 0). */
+static rssm_status gate_params_set(rssm_batch *batch, const rssm_model *m, uint64_t seed, rssm_error *err)
+{
+    if (m->gate_mode == RSSM_GATE_PRECOMPUTED)
+        return RSSM_OK;
+    const size_t HV = m->num_v_heads, nd = HV * (m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1);
+    float *A_log = malloc(HV * sizeof *A_log), *dt_bias = malloc(nd * sizeof *dt_bias);
+    rssm_status st = RSSM_OK;
+    if (!A_log || !dt_bias)
+        st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
+    rh_rng r;
+    rh_rng_seed(&r, seed, 0x6a7e);
+    for (uint32_t l = 0; st == RSSM_OK && l < m->layers; l++) {
+        for (size_t i = 0; i < HV; i++)
+            A_log[i] = (float)rh_rng_uniform(&r, -1.0, 0.5);
+        for (size_t i = 0; i < nd; i++)
+            dt_bias[i] = (float)rh_rng_uniform(&r, -1.0, 1.0);
+        st = rssm_batch_set_gate_params(batch, l, A_log, dt_bias, err);
+    }
+    free(A_log);
+    free(dt_bias);
+    return st;
+}
+
 /* Plans one step of every row at ring position n (a benchmark's repeated
  * position; n = L-1 is the flush). */
 static void plans_at(rssm_row_plan *plan, const uint32_t *slots, uint32_t rows, uint32_t n, uint32_t L)
@@ -266,7 +312,8 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
         lens[i] = 1000 + i;
     }
     if ((st = rssm_batch_create(pool, rows, &batch, err)) != RSSM_OK ||
-        (st = rssm_batch_upload(batch, rows, &in.in, err)) != RSSM_OK)
+        (st = rssm_batch_upload(batch, rows, &in.in, err)) != RSSM_OK ||
+        (st = gate_params_set(batch, m, seed, err)) != RSSM_OK)
         goto done;
     for (uint32_t s = 0; s < L + cycle_steps; s++) {
         rssm_row_plan *p = plan + (size_t)(s < L ? 0 : s - L) * rows;
@@ -463,6 +510,7 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
     json_num(f, "copy_gbs", copy_bps / 1e9, 1);
     json_str(f, "ring_dtype", rssm_dtype_name(o->ring_dtype), 1);
     json_str(f, "io_dtype", rssm_dtype_name(o->io_dtype), 1);
+    json_str(f, "gate_mode", rssm_gate_mode_name(o->gate_mode), 1);
     fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu,\n \"rows\": [\n", o->cycles, o->state_mib,
             (unsigned long long)o->seed);
     for (size_t i = 0; i < n; i++) {
@@ -506,7 +554,7 @@ int cmd_bench(int argc, char **argv)
         .ring_len = {8, 16}, .nring = 2,
         .gate = {RSSM_GATE_GDN, RSSM_GATE_KDA}, .ngate = 2,
         .state = {RSSM_DTYPE_F32, RSSM_DTYPE_BF16}, .nstate = 2,
-        .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16,
+        .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16, .gate_mode = RSSM_GATE_PRECOMPUTED,
         .positions = {0, 1}, .npos = 2,
         .cycles = 3, .state_mib = 0, .seed = 1,
     };
@@ -577,6 +625,9 @@ int cmd_bench(int argc, char **argv)
                 fprintf(stderr, "rssm bench: --io: fp32 or bf16\n");
                 return CLI_USAGE;
             }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--gate-mode", &v)) != 0) {
+            if (k < 0 || !parse_gate_mode(cmd, v, &o.gate_mode))
+                return CLI_USAGE;
         } else if ((k = cli_value(cmd, argc, argv, &i, "--cycles", &v)) != 0) {
             if (k < 0 || !cli_u32(cmd, "--cycles", v, &o.cycles))
                 return CLI_USAGE;
@@ -645,12 +696,13 @@ int cmd_bench(int argc, char **argv)
     }
     printf("backend %s (%s)\ncopy bandwidth %.2f GB/s over %u MiB buffers (read + write)\n", bname,
            rssm_backend_device(b), copy_bps / 1e9, o.state_mib);
-    printf("ring %s, io %s, median of %u timed run(s) per program, >= %u MiB of state per step\n"
+    printf("ring %s, io %s, gates %s, median of %u timed run(s) per program, >= %u MiB of state per step\n"
            "us are per step (all layers); inplace = one read + write of the packed state pool, %%inpl =\n"
            "inplace / packed; speedup = packed us / replay us (amortised over whole cycles);\n"
            "empty / full / flush = packed us / replay us of the step with an empty ring, a full ring\n"
            "(n = L-2), and the flush\n\n",
-           rssm_dtype_name(o.ring_dtype), rssm_dtype_name(o.io_dtype), o.cycles, o.state_mib);
+           rssm_dtype_name(o.ring_dtype), rssm_dtype_name(o.io_dtype), rssm_gate_mode_name(o.gate_mode), o.cycles,
+           o.state_mib);
     print_table_header();
 
     size_t cap = o.ngate * o.nstate * o.nbatch * o.nring * o.npos;
@@ -669,6 +721,7 @@ int cmd_bench(int argc, char **argv)
                 base.state_dtype = o.state[si];
                 base.ring_dtype = o.ring_dtype;
                 base.io_dtype = o.io_dtype;
+                base.gate_mode = o.gate_mode;
                 base.layers = pick_layers(&base, B, target);
                 /* The packed baseline, shared by every L and position mode. */
                 rssm_model packed = base;

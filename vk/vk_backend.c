@@ -203,5 +203,11 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .copy_bandwidth = vk_copy_bandwidth,
     .pool_inplace_seconds = vk_pool_inplace_seconds,
     .matrix_dtype = vk_matrix_dtype,
+    .layer_check = vk_layer_check,
+    .layer_create = vk_layer_create,
+    .layer_destroy = vk_layer_destroy,
+    .layer_record = vk_layer_record,
+    .layer_record_advance = vk_layer_record_advance,
+    .vulkan_handles = vk_vulkan_handles,
     .kernels = vk_kernels_variant,
 };

@@ -102,31 +102,15 @@ void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb)
                                  NULL, 0, NULL);
 }
 
-/* A replay step is two dispatches over every row, the rows that do not
- * flush, then those that do (each pipeline's other workgroups return at
- * once); they touch disjoint slots and output rows, so no barrier. */
-static void dispatch_layers(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, uint32_t first, uint32_t count)
-{
-    const VkPipeline pipes[2] = {b->pipeline_readout, b->pipeline};
-    const uint32_t splits[2] = {b->split_readout, b->split};
-    for (int i = 0; i < 2; i++) {
-        if (!pipes[i])
-            continue;
-        ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[i]);
-        ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, b->params.num_v_heads * splits[i], b->params.max_rows, count);
-    }
-}
-
 void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer)
 {
     /* Descriptor sets and push constants stay bound across pipelines of one layout. */
-    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline);
-    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->pipeline_layout, 0, 1, &set, 0, NULL);
+    ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->decode.layout, 0, 1, &set, 0, NULL);
     /* Constant for the batch's life: safe to bake into the recording. */
-    ctx->vk.vkCmdPushConstants(cb, b->pipeline_layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->params,
-                               &b->params);
+    ctx->vk.vkCmdPushConstants(cb, b->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->push, &b->push);
+    const uint32_t rows = b->params.max_rows;
     if (!layer_by_layer) {
-        dispatch_layers(ctx, b, cb, 0, b->params.layers);
+        vk_decode_dispatch(ctx, cb, &b->decode, rows, 0, b->params.layers, false);
         return;
     }
     /* As in a model, where layer l + 1's inputs are layer l's outputs: each
@@ -140,7 +124,7 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
         if (l > 0)
             ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
                                          0, 1, &between, 0, NULL, 0, NULL);
-        dispatch_layers(ctx, b, cb, l, 1);
+        vk_decode_dispatch(ctx, cb, &b->decode, rows, l, 1, false);
     }
 }
 
@@ -210,9 +194,13 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
     VkDescriptorBufferInfo pool_info[RSSM_VK_POOL_BUFFERS];
     for (uint32_t i = 0; i < RSSM_VK_POOL_BUFFERS; i++)
         pool_info[i] = (VkDescriptorBufferInfo){p->bufs[i < p->buffers ? i : p->buffers - 1].buffer, 0, VK_WHOLE_SIZE};
+    const VkDescriptorBufferInfo hdr = {header, header_offset, header_range};
     VkDescriptorBufferInfo info[BIND_COUNT] = {
         [BIND_POOL] = {VK_NULL_HANDLE, 0, 0}, /* pool_info */
-        [BIND_HEADER] = {header, header_offset, header_range},
+        [BIND_ROW_SLOT] = hdr,
+        [BIND_ROW_POS] = hdr,
+        [BIND_ROW_FORCE] = hdr,
+        [BIND_ROW_IO] = hdr,
         [BIND_Q] = {b->io_dev.buffer, io->q, L * io->q_bytes},
         [BIND_K] = {b->io_dev.buffer, io->k, L * io->q_bytes},
         [BIND_V] = {b->io_dev.buffer, io->v, L * io->v_bytes},
@@ -239,8 +227,8 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
     _Static_assert(BIND_COUNT <= VK_MAX_BINDINGS, "bindings");
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, sizeof(rssm_kernel_params),
-                                       &b->set_layout, &b->pipeline_layout, err);
+    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, sizeof(vk_push), false, &b->set_layout,
+                                       &b->decode.layout, err);
     if (st != RSSM_OK)
         return st;
     st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
@@ -277,13 +265,26 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
         (st = vk_buffer_create(ctx, (VkDeviceSize)params->max_rows * 4u, VK_MEMORY_HOST, &b->overflow, err)) ==
             RSSM_OK &&
         (st = create_descriptors(ctx, b, err)) == RSSM_OK) {
-        b->split = vk_row_split(ctx, params, params->max_rows, true);
-        st = vk_pipeline_create(ctx, pool, params, b->pipeline_layout, true, b->split, &b->pipeline, err);
-    }
-    if (st == RSSM_OK && !vk_runs_packed(params)) {
-        b->split_readout = vk_row_split(ctx, params, params->max_rows, false);
-        st = vk_pipeline_create(ctx, pool, params, b->pipeline_layout, false, b->split_readout,
-                                &b->pipeline_readout, err);
+        /* The pool's layout and the step arrays as rssm_layer_io strides:
+         * the batch runs the per-layer kernels (docs/design.md §8). */
+        rssm_layer_io io = {.slots = pool->slots};
+        rssm_layer_io_pool_strides(&io, params);
+        vk_shape shape;
+        vk_shape_init(&shape, params, &io, pool->slots_per_buffer, params->layer_bytes / 4);
+        vk_push_init(&b->push, params, &io);
+        b->push.rows = RSSM_VK_NONE;
+        b->push.rows_word = RSSM_HEADER_ROWS;
+        b->push.layer_rows = params->max_rows;
+        b->push.row_stride = RSSM_ROW_WORDS;
+        b->push.base_rd = params->ring_d_offset / 4;
+        b->push.base_rk = params->ring_k_offset / 4;
+        b->push.base_rg = params->ring_g_offset / 4;
+        b->push.base_slot = RSSM_HEADER_WORDS + RSSM_ROW_SLOT;
+        b->push.base_wpos = RSSM_HEADER_WORDS + RSSM_ROW_WRITE_POS;
+        b->push.base_force = RSSM_HEADER_WORDS + RSSM_ROW_FORCE;
+        b->push.base_io = RSSM_HEADER_WORDS + RSSM_ROW_IO;
+        b->push.base_over = 0;
+        st = vk_decode_create(ctx, &shape, params, b->decode.layout, &b->decode, err);
     }
     if (st == RSSM_OK && ctx->timestamp_bits) {
         VkQueryPoolCreateInfo qci = {.sType = VK_STRUCTURE_TYPE_QUERY_POOL_CREATE_INFO,
@@ -332,14 +333,11 @@ void vk_batch_destroy(void *vctx, void *vbatch)
         ctx->vk.vkDestroyFence(ctx->device, b->step_fence, NULL);
     if (b->queries)
         ctx->vk.vkDestroyQueryPool(ctx->device, b->queries, NULL);
-    if (b->pipeline)
-        ctx->vk.vkDestroyPipeline(ctx->device, b->pipeline, NULL);
-    if (b->pipeline_readout)
-        ctx->vk.vkDestroyPipeline(ctx->device, b->pipeline_readout, NULL);
+    vk_decode_destroy(ctx, &b->decode);
     if (b->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, b->descriptor_pool, NULL);
-    if (b->pipeline_layout)
-        ctx->vk.vkDestroyPipelineLayout(ctx->device, b->pipeline_layout, NULL);
+    if (b->decode.layout)
+        ctx->vk.vkDestroyPipelineLayout(ctx->device, b->decode.layout, NULL);
     if (b->set_layout)
         ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, b->set_layout, NULL);
     vk_buffer_destroy(ctx, &b->header);

@@ -258,7 +258,7 @@ typedef struct inplace_push {
 
 static rssm_status inplace_pipeline(vk_ctx *ctx, bench *o, uint32_t wg_size, rssm_error *err)
 {
-    rssm_status st = vk_layouts_create(ctx, 2, 1, sizeof(inplace_push), &o->set_layout, &o->pipeline_layout, err);
+    rssm_status st = vk_layouts_create(ctx, 2, 1, sizeof(inplace_push), false, &o->set_layout, &o->pipeline_layout, err);
     if (st != RSSM_OK)
         return st;
     VkSpecializationMapEntry entry = {.constantID = 0, .offset = 0, .size = sizeof wg_size};

@@ -314,6 +314,7 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     ctx->fi.EnumerateDeviceExtensionProperties(ctx->phys, NULL, &next, exts);
     bool coopmat_ext = has_extension(exts, next, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
     bool stats_ext = has_extension(exts, next, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
+    bool push_ext = has_extension(exts, next, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
     free(exts);
 
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm_f = {
@@ -392,8 +393,19 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         .queueCount = 1,
         .pQueuePriorities = &prio,
     };
-    const char *dev_exts[2];
+    /* The per-layer entry pushes its descriptors into the caller's command
+     * buffer (vk_layer.c): without the extension only it is unavailable. */
+    if (push_ext) {
+        VkPhysicalDevicePushDescriptorPropertiesKHR pd = {
+            .sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PUSH_DESCRIPTOR_PROPERTIES_KHR};
+        VkPhysicalDeviceProperties2 p2 = {.sType = VK_STRUCTURE_TYPE_PHYSICAL_DEVICE_PROPERTIES_2, .pNext = &pd};
+        ctx->fi.GetPhysicalDeviceProperties2(ctx->phys, &p2);
+        ctx->push_descriptors = pd.maxPushDescriptors >= VK_DESCRIPTORS;
+    }
+    const char *dev_exts[3];
     uint32_t n_exts = 0;
+    if (ctx->push_descriptors)
+        dev_exts[n_exts++] = VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME;
     if (use_cm)
         dev_exts[n_exts++] = VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME;
     if (ctx->pipeline_stats)

@@ -13,9 +13,23 @@
 #include <stdint.h>
 
 /* The decode shaders' bindings (shaders/decode.comp): BIND_POOL is an
- * array of RSSM_VK_POOL_BUFFERS, the others one buffer each. */
-enum { BIND_POOL, BIND_HEADER, BIND_Q, BIND_K, BIND_V, BIND_GATE, BIND_BETA, BIND_A_LOG, BIND_DT_BIAS,
-       BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
+ * array of RSSM_VK_POOL_BUFFERS, the others one buffer each; a batch binds
+ * its step header to all four row bindings. 29 descriptors: within the 32
+ * a push-descriptor set may hold on every device that offers them. */
+enum { BIND_POOL, BIND_ROW_SLOT, BIND_ROW_POS, BIND_ROW_FORCE, BIND_ROW_IO, BIND_Q, BIND_K, BIND_V, BIND_GATE,
+       BIND_BETA, BIND_A_LOG, BIND_DT_BIAS, BIND_OUT, BIND_OVERFLOW, BIND_COUNT };
+#define VK_DESCRIPTORS (RSSM_VK_POOL_BUFFERS + BIND_COUNT - 1)
+
+/* The decode shaders' push constants (vk_abi.h). */
+#define VK_PUSH_U(name) uint32_t name;
+#define VK_PUSH_F(name) float name;
+typedef struct vk_push {
+    RSSM_VK_PUSH_FIELDS(VK_PUSH_U, VK_PUSH_F)
+} vk_push;
+#undef VK_PUSH_U
+#undef VK_PUSH_F
+_Static_assert(sizeof(vk_push) == 4 * RSSM_VK_PUSH_WORDS, "push constants are 32-bit words");
+_Static_assert(sizeof(vk_push) <= 128, "push constants within every device's limit");
 
 
 /* Longest pipeline-cache file path (vk_cache.c). */
@@ -81,6 +95,7 @@ typedef struct vk_ctx {
 
     uint32_t subgroup_size;    /* the size every pipeline runs with */
     bool subgroup_size_control;
+    bool push_descriptors;     /* VK_KHR_push_descriptor: the per-layer entry records with it */
     bool device_coopmat;       /* the device offers fp16 x fp16 -> fp32 tiles */
     uint32_t tile_m, tile_n, tile_k;   /* tile shape the `_cm` kernels use */
     char coopmat_note[160];    /* why coopmat is off, or its shapes */
@@ -112,6 +127,25 @@ typedef struct vk_pool {
     vk_buffer staging;    /* host-visible, one slot */
 } vk_pool;
 
+/* What a decode pipeline is specialised for besides the model: where a
+ * head is in the state and rings (decode.comp's SLOTS_PER_BUFFER,
+ * LAYER_WORDS and X_SLOT, X_HEAD constants, in elements). */
+typedef struct vk_shape {
+    uint32_t slots_per_buffer; /* 0: one layer on the caller's tensors */
+    uint32_t layer_words;
+    uint32_t ck_slot, ck_head, rd_slot, rd_head, rk_slot, rk_head, rg_slot, rg_head;
+} vk_shape;
+
+/* A decode step's pipelines: the rows that flush (packed: every row) and,
+ * for replay with L > 1, the rows that do not, with their workgroups per
+ * value head, on one pipeline layout. */
+typedef struct vk_decode {
+    VkPipelineLayout layout;
+    VkPipeline flush, readout;
+    uint32_t split, split_readout;
+    uint32_t heads; /* HV */
+} vk_decode;
+
 /* Byte offsets of the step arrays inside a batch's io buffer. */
 typedef struct vk_io_layout {
     VkDeviceSize q, k, v, gate, beta, a_log, dt_bias, out, total;
@@ -127,10 +161,8 @@ typedef struct vk_batch {
     vk_buffer header;         /* host-visible step header, refreshed in place */
     vk_buffer overflow;       /* host-visible [max_rows] ring-overflow flags (docs/design.md §2) */
     VkDescriptorSetLayout set_layout;
-    VkPipelineLayout pipeline_layout;
-    VkPipeline pipeline;          /* the rows that flush (packed: every row) */
-    VkPipeline pipeline_readout;  /* replay: the rows that do not; else none */
-    uint32_t split, split_readout;  /* their workgroups per value head */
+    vk_decode decode;
+    vk_push push;             /* constant for the batch's life */
     VkDescriptorPool descriptor_pool;
     VkDescriptorSet set;
     VkQueryPool queries;
@@ -189,6 +221,7 @@ extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
+extern const vk_spirv vk_spirv_advance;          /* shaders/advance.comp */
 
 /* ---- vk_pipeline.c */
 /* Everything below takes a model as its kernel parameters (common/backend.h),
@@ -203,12 +236,26 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p);
 bool vk_runs_packed(const rssm_kernel_params *p);
 /* Whether the model's replay kernel is a `_cm` one (the flush on tiles). */
 bool vk_uses_tiles(const vk_ctx *ctx, const rssm_kernel_params *p);
-/* The decode pipeline of the rows that flush (flush_rows) or of those that
- * do not (replay with L > 1 only); a model that runs the packed module has
- * the one, flush_rows = true. */
-rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kernel_params *p,
-                               VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
-                               rssm_error *err);
+/* The shape of rssm_layer_io's strides (bytes) as decode.comp takes them. */
+void vk_shape_init(vk_shape *shape, const rssm_kernel_params *p, const rssm_layer_io *io, uint32_t slots_per_buffer,
+                   uint32_t layer_words);
+/* The push constants that follow from the kernel parameters and the step
+ * arrays' row strides of `io`; every base word 0, no optional tensor, one
+ * row, slots from io. */
+void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io *io);
+/* The decode pipelines of `p` on `layout` for a step of up to max_rows
+ * rows (p->max_rows); *d's handles are VK_NULL_HANDLE where their
+ * creation failed (vk_decode_destroy frees what was made). */
+rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
+                             vk_decode *d, rssm_error *err);
+void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
+/* Dispatches a step of `rows` workgroup rows over layers first ..
+ * first + count - 1: the read-only rows' pipeline, then the flushing
+ * rows' (each pipeline's other rows return at once; the two touch disjoint
+ * slots and outputs, so no barrier), or only the flush pipeline. The
+ * descriptors and push constants are bound already. */
+void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
+                        uint32_t count, bool flush_only);
 /* How many workgroups share a value head in that pipeline, for a batch of
  * max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
 uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows);
@@ -218,12 +265,12 @@ void vk_model_params(const rssm_model *m, rssm_kernel_params *p);
 /* What every compute pipeline here is laid out as: `bindings` storage
  * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
  * `first_count` (the pool's buffers) and the others single, one
- * push-constant range of `push_bytes`. Both handles are VK_NULL_HANDLE
- * where their creation failed. */
+ * push-constant range of `push_bytes`; with `push` a push-descriptor set
+ * (VK_KHR_push_descriptor), which nothing is allocated for. Both handles are
+ * VK_NULL_HANDLE where their creation failed. */
 #define VK_MAX_BINDINGS 16u
-rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes,
-                              VkDescriptorSetLayout *set_layout,
-                              VkPipelineLayout *layout, rssm_error *err);
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes, bool push,
+                              VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err);
 /* A compute pipeline of `spv` through the context's pipeline cache (stored
  * afterwards); `stage_next` and `stage_flags` extend its shader stage.
  * *out is VK_NULL_HANDLE on failure. */
@@ -254,9 +301,9 @@ rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, 
 void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* The shaders' writes to later transfers and the host. */
 void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
-/* Binds the batch's pipeline and `set`, pushes its parameters, dispatches
- * one step: every layer in one dispatch, or (layer_by_layer) one dispatch
- * per layer, each after the one before it, as a model runs them. */
+/* Binds the batch's `set`, pushes its constants, dispatches one step: every
+ * layer in one dispatch, or (layer_by_layer) one dispatch per layer, each
+ * after the one before it, as a model runs them. */
 void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer);
 /* A descriptor pool (*pool; VK_NULL_HANDLE when its creation fails) with
  * `count` sets of the batch's set layout, allocated into sets[0..count-1]. */
@@ -266,6 +313,18 @@ rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count,
  * [header_offset, header_offset + header_range) of `header`. */
 void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, VkBuffer header,
                          VkDeviceSize header_offset, VkDeviceSize header_range);
+
+/* ---- vk_layer.c: one layer on the caller's buffers (rssm_layer_record) */
+rssm_status vk_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, rssm_error *err);
+rssm_status vk_layer_create(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, void **layer,
+                            rssm_error *err);
+void vk_layer_destroy(void *ctx, void *layer);
+rssm_status vk_layer_record(void *ctx, void *layer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
+                            void *cmd, rssm_error *err);
+rssm_status vk_layer_record_advance(void *ctx, void *layer, uint32_t rows, const rssm_buffer *slot_index,
+                                    const rssm_buffer *write_pos, const rssm_buffer *force, const rssm_buffer *cursor,
+                                    void *cmd, rssm_error *err);
+rssm_status vk_vulkan_handles(void *ctx, rssm_vulkan_handles *h, rssm_error *err);
 
 /* ---- vk_bench.c: the benchmark entries (docs/design.md §7) */
 rssm_status vk_copy_bandwidth(void *vctx, size_t bytes, double *bytes_per_second, rssm_error *err);

@@ -2,6 +2,7 @@
  * it into a compute pipeline (through the context's pipeline cache). */
 #include "vk_internal.h"
 #include "error.h"
+#include "dtype.h"
 
 #include <stdio.h>
 
@@ -85,7 +86,7 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p
 }
 
 
-rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes,
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes, bool push,
                               VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err)
 {
     *set_layout = VK_NULL_HANDLE;
@@ -103,6 +104,7 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_cou
         };
     VkDescriptorSetLayoutCreateInfo lci = {
         .sType = VK_STRUCTURE_TYPE_DESCRIPTOR_SET_LAYOUT_CREATE_INFO,
+        .flags = push ? VK_DESCRIPTOR_SET_LAYOUT_CREATE_PUSH_DESCRIPTOR_BIT_KHR : 0,
         .bindingCount = bindings,
         .pBindings = binds,
     };
@@ -206,9 +208,53 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
     return RSSM_OK;
 }
 
-rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kernel_params *p,
-                               VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
-                               rssm_error *err)
+void vk_shape_init(vk_shape *shape, const rssm_kernel_params *p, const rssm_layer_io *io, uint32_t slots_per_buffer,
+                   uint32_t layer_words)
+{
+    const size_t ssz = rssm_dtype_size((rssm_dtype)p->state_dtype), rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
+    *shape = (vk_shape){
+        .slots_per_buffer = slots_per_buffer,
+        .layer_words = layer_words,
+        .ck_slot = (uint32_t)(io->ckpt_slot / ssz),
+        .ck_head = (uint32_t)(io->ckpt_head / ssz),
+        .rd_slot = (uint32_t)(io->ring_d_slot / rsz),
+        .rd_head = (uint32_t)(io->ring_d_head / rsz),
+        .rk_slot = (uint32_t)(io->ring_k_slot / rsz),
+        .rk_head = (uint32_t)(io->ring_k_head / rsz),
+        .rg_slot = (uint32_t)(io->ring_g_slot / sizeof(float)),
+        .rg_head = (uint32_t)(io->ring_g_head / sizeof(float)),
+    };
+}
+
+void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io *io)
+{
+    const size_t iosz = rssm_dtype_size((rssm_dtype)p->io_dtype);
+    const size_t gsz = p->flags & RSSM_FLAG_GATE_BF16 ? 2 : 4;
+    *pc = (vk_push){
+        .rows = 1,
+        .slots = io->slots,
+        .row_stride = 1,
+        .base_force = RSSM_VK_NONE,
+        .base_io = RSSM_VK_NONE,
+        .base_over = RSSM_VK_NONE,
+        .q_row = (uint32_t)(io->q_row / iosz),
+        .k_row = (uint32_t)(io->k_row / iosz),
+        .v_row = (uint32_t)(io->v_row / iosz),
+        .gate_row = (uint32_t)(io->gate_row / gsz),
+        .beta_row = (uint32_t)(io->beta_row / gsz),
+        .out_row = (uint32_t)(io->out_row / iosz),
+        .mode_flags = p->gate_mode | p->flags << 8,
+        .q_scale = p->q_scale,
+        .gate_lower_bound = p->gate_lower_bound,
+    };
+}
+
+/* The decode pipeline of the rows that flush (flush_rows) or of those that
+ * do not (replay with L > 1 only); a model that runs the packed module has
+ * the one, flush_rows = true. */
+static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
+                                   VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
+                                   rssm_error *err)
 {
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
     const vk_spirv *spv = module_for(ctx, p);
@@ -230,7 +276,7 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kern
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
         [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || packed,
-        [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = pool->slots_per_buffer,
+        [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = shape->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
          * others: not in a replay flush, whose rows and KK_j take them; not
@@ -238,6 +284,18 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kern
         [RSSM_VK_SPEC_PREFETCH] = ctx->tune_prefetch >= 0 ? (uint32_t)ctx->tune_prefetch
                                                           : (uint32_t)((!flush_rows || packed) && !cpu),
         [RSSM_VK_SPEC_UNROLL_RING] = !cpu,
+        [RSSM_VK_SPEC_NUM_QK_HEADS] = p->num_qk_heads,
+        [RSSM_VK_SPEC_NUM_V_HEADS] = p->num_v_heads,
+        [RSSM_VK_SPEC_LAYER_WORDS] = shape->layer_words,
+        [RSSM_VK_SPEC_CK_SLOT] = shape->ck_slot,
+        [RSSM_VK_SPEC_CK_HEAD] = shape->ck_head,
+        /* The packed module has no ring: its strides are not specialised. */
+        [RSSM_VK_SPEC_RD_SLOT] = packed ? 0 : shape->rd_slot,
+        [RSSM_VK_SPEC_RD_HEAD] = packed ? 0 : shape->rd_head,
+        [RSSM_VK_SPEC_RK_SLOT] = packed ? 0 : shape->rk_slot,
+        [RSSM_VK_SPEC_RK_HEAD] = packed ? 0 : shape->rk_head,
+        [RSSM_VK_SPEC_RG_SLOT] = packed ? 0 : shape->rg_slot,
+        [RSSM_VK_SPEC_RG_HEAD] = packed ? 0 : shape->rg_head,
     };
     VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
     for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
@@ -256,4 +314,39 @@ rssm_status vk_pipeline_create(vk_ctx *ctx, const vk_pool *pool, const rssm_kern
                                ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
                                                           : 0,
                                layout, out, err);
+}
+
+rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
+                             vk_decode *d, rssm_error *err)
+{
+    *d = (vk_decode){.layout = layout, .heads = p->num_v_heads};
+    d->split = vk_row_split(ctx, p, p->max_rows, true);
+    rssm_status st = pipeline_create(ctx, shape, p, layout, true, d->split, &d->flush, err);
+    if (st == RSSM_OK && !vk_runs_packed(p)) {
+        d->split_readout = vk_row_split(ctx, p, p->max_rows, false);
+        st = pipeline_create(ctx, shape, p, layout, false, d->split_readout, &d->readout, err);
+    }
+    return st;
+}
+
+void vk_decode_destroy(vk_ctx *ctx, vk_decode *d)
+{
+    if (d->flush)
+        ctx->vk.vkDestroyPipeline(ctx->device, d->flush, NULL);
+    if (d->readout)
+        ctx->vk.vkDestroyPipeline(ctx->device, d->readout, NULL);
+    d->flush = d->readout = VK_NULL_HANDLE;
+}
+
+void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
+                        uint32_t count, bool flush_only)
+{
+    const VkPipeline pipes[2] = {flush_only ? VK_NULL_HANDLE : d->readout, d->flush};
+    const uint32_t splits[2] = {d->split_readout, d->split};
+    for (int i = 0; i < 2; i++) {
+        if (!pipes[i])
+            continue;
+        ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[i]);
+        ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, d->heads * splits[i], rows, count);
+    }
 }

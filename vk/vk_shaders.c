@@ -1,6 +1,6 @@
-/* The SPIR-V modules built from shaders/decode.comp and shaders/inplace.comp
- * by vk/CMakeLists.txt (glslc / glslangValidator word lists, validated with
- * spirv-val). */
+/* The SPIR-V modules built from shaders/decode.comp, shaders/inplace.comp
+ * and shaders/advance.comp by vk/CMakeLists.txt (glslc / glslangValidator
+ * word lists, validated with spirv-val). */
 #include "vk_internal.h"
 
 static const uint32_t decode_packed_words[] = {
@@ -22,6 +22,11 @@ static const uint32_t inplace_words[] = {
 #include "inplace.inc"
 };
 const vk_spirv vk_spirv_inplace = {"inplace", inplace_words, sizeof inplace_words};
+
+static const uint32_t advance_words[] = {
+#include "advance.inc"
+};
+const vk_spirv vk_spirv_advance = {"advance", advance_words, sizeof advance_words};
 
 #ifdef RSSM_VK_HAVE_CM_SPIRV
 static const uint32_t decode_replay_cm_words[] = {

@@ -13,6 +13,10 @@ shape. From the repository root on the GPU machine, with a CUDA build:
 Prints a short table last and writes DIR/layer_check.json. Exit status 1 if a
 check failed. Shapes: Qwen3.5 GDN and Kimi-Linear KDA layers (docs/design.md
 §5), L = 16, fp32 state, batch 16 and 256; inputs random, never zero.
+--gate-mode (default raw, as vLLM passes a and b) is the op's gate mode and
+`rssm bench --gate-mode`'s, so both time the same gate work; --profile lists
+the kernels one replay of each timed graph ran (torch.profiler), to see what
+else than rssm's launches a graph holds.
 """
 
 from __future__ import annotations
@@ -35,6 +39,13 @@ SHAPES = {  # H, HV, K, V
     "kda": (32, 32, 128, 128),
 }
 STATE_MIB = 256  # state touched per step, far beyond the 60 MB L2 (rssm bench's default)
+GATE_MODE = "raw"  # --gate-mode: the op's and rssm bench's
+GATE_LOWER_BOUND = -5.0  # raw-safe's bound, as rssm's model presets
+
+
+def gate_args():
+    """The op's gate arguments for --gate-mode."""
+    return {"gate_mode": GATE_MODE, "gate_lower_bound": GATE_LOWER_BOUND}
 
 
 def rand(shape, lo, hi, dtype, device, gen):
@@ -76,8 +87,12 @@ class Tensors:
         """The step's inputs, written in place (the graph reads these buffers)."""
         io = self.mixed_qkv.dtype
         self.mixed_qkv.copy_(rand(self.mixed_qkv.shape, -1.0, 1.0, io, "cpu", gen))
-        self.a.copy_(rand(self.a.shape, -3.0, 3.0, io, "cpu", gen))
-        self.b.copy_(rand(self.b.shape, -3.0, 3.0, io, "cpu", gen))
+        if GATE_MODE == "precomputed":  # g <= 0 and beta in (0, 1), as the C API asks
+            self.a.copy_(rand(self.a.shape, -3.0, -0.01, io, "cpu", gen))
+            self.b.copy_(rand(self.b.shape, 0.05, 0.95, io, "cpu", gen))
+        else:  # raw projections a and b
+            self.a.copy_(rand(self.a.shape, -3.0, 3.0, io, "cpu", gen))
+            self.b.copy_(rand(self.b.shape, -3.0, 3.0, io, "cpu", gen))
         self.idx.copy_(idx)
         # a snapshot every `snapshot` steps of a row's sequence, part way round its ring
         seq = torch.arange(self.B, dtype=torch.int32) * 3 + step
@@ -90,7 +105,7 @@ class Tensors:
         rssm.fused_recurrent_gated_delta_rule_replayssm(
             self.mixed_qkv, self.a, self.b, self.A_log, self.dt_bias, None, self.state, self.d_cache,
             self.k_cache, self.g_cache, self.out, self.idx, self.write_pos, force_flush=self.force,
-            gate_kind=self.gate, use_qk_l2norm_in_kernel=True, backend=backend, max_rows=self.B)
+            gate_kind=self.gate, **gate_args(), use_qk_l2norm_in_kernel=True, backend=backend, max_rows=self.B)
         rssm.advance(self.cursor, self.idx, self.write_pos, self.force, ring_len=L, backend=backend)
 
 
@@ -150,12 +165,12 @@ def host_overhead(t, gate, B, calls=200):
     def op():
         rssm.fused_recurrent_gated_delta_rule_replayssm(
             t.mixed_qkv, t.a, t.b, t.A_log, t.dt_bias, None, t.state, t.d_cache, t.k_cache, t.g_cache, t.out,
-            t.idx, t.write_pos, force_flush=t.force, gate_kind=gate, backend="cuda", max_rows=B)
+            t.idx, t.write_pos, force_flush=t.force, gate_kind=gate, **gate_args(), backend="cuda", max_rows=B)
 
     def entry():
         rssm.replayssm.decode(t.mixed_qkv, t.a, t.b, t.A_log, t.dt_bias, None, t.state, t.d_cache, t.k_cache,
-                              t.g_cache, t.out, t.idx, t.write_pos, t.force, gate_kind=gate, backend="cuda",
-                              max_rows=B)
+                              t.g_cache, t.out, t.idx, t.write_pos, t.force, gate_kind=gate, **gate_args(),
+                              backend="cuda", max_rows=B)
 
     lib = rssm._lib.lib()
     real = lib.rssm_layer_run
@@ -187,7 +202,27 @@ def host_overhead(t, gate, B, calls=200):
     return out
 
 
-def timing(gate, B, reps=20):
+WARMUP_S = 0.6  # rssm bench's warm-up (docs/bench.md: an idle H200's clock takes up to 0.4 s to ramp up)
+
+
+def kernel_profile(graph, replays=3):
+    """The kernels `replays` replays of `graph` ran, by name: count per
+    replay and mean device us (torch.profiler's CUDA activity)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(replays):
+            graph.replay()
+        torch.cuda.synchronize()
+    rows = {}
+    for e in prof.events():
+        if e.device_type != torch.autograd.DeviceType.CUDA:
+            continue
+        n, us = rows.get(e.name, (0, 0.0))
+        rows[e.name] = (n + 1, us + e.time_range.elapsed_us())
+    return sorted(((name, n / replays, us / n) for name, (n, us) in rows.items()), key=lambda r: -r[1] * r[2])
+
+
+def timing(gate, B, reps=20, profile_kernels=False):
     """Host overhead of one eager layer call, and the kernel time per layer
     of a graph of L steps over enough layers that a step touches STATE_MIB,
     as an engine's step runs: the rows' write_pos refreshed once from the
@@ -214,15 +249,21 @@ def timing(gate, B, reps=20):
         for t in ts:
             rssm.fused_recurrent_gated_delta_rule_replayssm(
                 t.mixed_qkv, t.a, t.b, t.A_log, t.dt_bias, None, t.state, t.d_cache, t.k_cache, t.g_cache,
-                t.out, t.idx, t.write_pos, force_flush=t.force, gate_kind=gate, backend="cuda", max_rows=B)
+                t.out, t.idx, t.write_pos, force_flush=t.force, gate_kind=gate, **gate_args(), backend="cuda",
+                max_rows=B)
         rssm.advance(t0.cursor, t0.idx, t0.write_pos, t0.force, ring_len=L, backend="cuda")
 
     def graph_us(body):
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph):
             body()
-        graph.replay()  # warm
-        torch.cuda.synchronize()
+        # untimed until the clocks have ramped up, as rssm bench's timing loop
+        start = time.perf_counter()
+        while True:
+            graph.replay()
+            torch.cuda.synchronize()
+            if time.perf_counter() - start >= WARMUP_S:
+                break
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(reps):
@@ -232,7 +273,11 @@ def timing(gate, B, reps=20):
             torch.cuda.synchronize()
             times.append(ev0.elapsed_time(ev1) * 1e3)
         times.sort()
+        if profile_kernels:
+            kernels[body.__name__] = kernel_profile(graph)
         return times[len(times) // 2] / L / layers
+
+    kernels = {}
 
     # As rssm bench times it: a ring cycle of L steps of the layers alone,
     # step s's rows at ring position s (the flush at L - 1)
@@ -244,7 +289,8 @@ def timing(gate, B, reps=20):
             for t in ts:
                 rssm.fused_recurrent_gated_delta_rule_replayssm(
                     t.mixed_qkv, t.a, t.b, t.A_log, t.dt_bias, None, t.state, t.d_cache, t.k_cache, t.g_cache,
-                    t.out, t.idx, positions[s], force_flush=no_force, gate_kind=gate, backend="cuda", max_rows=B)
+                    t.out, t.idx, positions[s], force_flush=no_force, gate_kind=gate, **gate_args(),
+                    backend="cuda", max_rows=B)
 
     def engine_steps():  # and as an engine's steps run, cursor refresh and advance included
         for _ in range(L):
@@ -253,7 +299,8 @@ def timing(gate, B, reps=20):
     layer_us = graph_us(layers_only)
     step_us = graph_us(engine_steps)
     return {"gate": gate, "batch": B, "layers": layers, "host_us_op": host["op"], "host_us_entry": host["entry"],
-            "host_us_c": host["c"], "graph_us_per_layer": layer_us, "engine_step_us_per_layer": step_us}
+            "host_us_c": host["c"], "graph_us_per_layer": layer_us, "engine_step_us_per_layer": step_us,
+            "kernels": kernels}
 
 
 def bench_reference(cli, gate, B):
@@ -263,8 +310,8 @@ def bench_reference(cli, gate, B):
         return None
     prefix = f"/tmp/rssm-layer-check-{gate}-{B}"
     cmd = [cli, "bench", "--backend", "cuda", "--batch", str(B), "--ring-len", str(L), "--gate", gate,
-           "--state", "fp32", "--ring-dtype", "bf16", "--io", "bf16", "--positions", "uniform", "--cycles", "5",
-           "--out", prefix]
+           "--state", "fp32", "--ring-dtype", "bf16", "--io", "bf16", "--gate-mode", GATE_MODE, "--positions",
+           "uniform", "--cycles", "5", "--out", prefix]
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     with open(prefix + ".json") as f:
         row = json.load(f)["rows"][0]
@@ -276,11 +323,18 @@ def main() -> int:
     ap.add_argument("--cli", help="the rssm CLI of the same build, for rssm bench's reference times")
     ap.add_argument("--out", default=os.environ.get("OUT", "."), help="where layer_check.json goes")
     ap.add_argument("--quick", action="store_true", help="the checks at batch 16 alone (for compute-sanitizer)")
+    ap.add_argument("--gate-mode", choices=("raw", "raw-safe", "precomputed"), default="raw",
+                    help="the op's gate mode and rssm bench's (default raw: vLLM's a and b)")
+    ap.add_argument("--no-checks", action="store_true", help="timing alone")
+    ap.add_argument("--profile", action="store_true", help="list the kernels each timed graph ran")
+    ap.add_argument("--batch", type=int, nargs="+", default=[16, 256], help="timed batches (default 16 256)")
     args = ap.parse_args()
+    global GATE_MODE
+    GATE_MODE = args.gate_mode
     print(f"rssm {rssm.__version__} from {rssm.library_path()}; torch {torch.__version__}; "
           f"{torch.cuda.get_device_name()}")
     checks = []
-    for gate in ("gdn", "kda"):
+    for gate in () if args.no_checks else ("gdn", "kda"):
         for B in ((16,) if args.quick else (16, 256)):
             # exact: fp32 io and ring, against the cpu backend to fp32 rounding
             checks.append(check(gate, B, torch.float32, torch.float32, 1e-5, 1e-5))
@@ -288,8 +342,8 @@ def main() -> int:
             checks.append(check(gate, B, torch.bfloat16, torch.bfloat16, 1e-2, 1e-2))
     times = []
     for gate in (() if args.quick else ("gdn", "kda")):
-        for B in (16, 256):
-            t = timing(gate, B)
+        for B in args.batch:
+            t = timing(gate, B, profile_kernels=args.profile)
             t["bench_us_per_layer"] = bench_reference(args.cli, gate, B)
             times.append(t)
     os.makedirs(args.out, exist_ok=True)
@@ -301,7 +355,13 @@ def main() -> int:
     for c in checks:
         print(f"{c['gate']:5} {c['batch']:5} {c['ring']:>9} {c['io']:>9} {c['out_err']:9.2e} "
               f"{c['state_err']:9.2e}  {'PASS' if c['ok'] else 'FAIL'}")
-    print("\ntiming (bf16 io and ring, fp32 state, L = 16, uniform positions)")
+    for t in times if args.profile else ():
+        for graph, rows in t["kernels"].items():
+            print(f"\nkernels of one replay of {t['gate']} batch {t['batch']}'s {graph} graph "
+                  f"({t['layers']} layers x {L} steps): per replay, mean us")
+            for name, n, us in rows[:8]:
+                print(f"  {n:7.1f} x {us:8.2f}  {name[:100]}")
+    print(f"\ntiming (bf16 io and ring, fp32 state, L = 16, uniform positions, {GATE_MODE} gates)")
     print("host us per call, eager: through the torch op / rssm's Python entry / the C call")
     print("graph us/layer: the layers alone, as rssm bench; engine: with the cursor refresh and advance")
     print(f"{'gate':5} {'batch':>5} {'layers':>6} {'host us: op / entry / C':>24} {'graph us/layer':>14} "

@@ -11,7 +11,9 @@
 # the planned kernels, and "vulkan": the Vulkan backend on the same GPU, which
 # needs a CLI built with Vulkan on (CLI=..., built on Debian: the GPU machine
 # has no Vulkan headers or shader compiler) and the loader packages in .gl/,
-# see docs/h200.md). VARIANTS: the CUDA variants to check (default all
+# see docs/h200.md; "vulkan_layer": the per-layer entry's test on each
+# Vulkan variant, TEST_LAYER=path; "vulkan_ab": the Vulkan benchmark of
+# OLD_CLI and CLI side by side). VARIANTS: the CUDA variants to check (default all
 # four); a variant that cannot run a case says so (SKIP). BENCH_ARGS replaces
 # the benchmark's sweep (VULKAN_BENCH_ARGS for the vulkan stage, whose
 # VULKAN_VARIANTS are benched: default "vulkan vulkan:coopmat") (default: GDN and KDA, fp32 and bf16 state, L = 16,
@@ -129,13 +131,17 @@ stage_profile() {
 # The Vulkan variants on the GPU: the loader and GL dispatch libraries from
 # the carried .deb files (the image has NVIDIA's Vulkan driver but no
 # loader), then conformance and the benchmark of each distinct kernel set.
-stage_vulkan() {
+vulkan_loader() {
   if ! ldconfig -p | grep -q libvulkan.so.1; then
     for f in "$ROOT"/.gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
     ldconfig
   fi
   export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
   export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+}
+
+stage_vulkan() {
+  vulkan_loader
   local log="$OUT_DIR/vulkan_conform.log"
   if [ "${VULKAN_CONFORM:-1}" = 0 ]; then
     note "rssm conform (Vulkan variants): skipped (VULKAN_CONFORM=0)"
@@ -157,6 +163,56 @@ stage_vulkan() {
     note "rssm bench --backend $v: rc $?"
     grep "^rssm vulkan pipeline" "$OUT_DIR/bench-${v/:/-}.txt" >"$OUT_DIR/pipelines-${v/:/-}.txt"
     sed -i "/^rssm vulkan pipeline/d" "$OUT_DIR/bench-${v/:/-}.txt"
+  done
+}
+
+# The per-layer entry on the GPU's Vulkan driver: tests/test_layer.c
+# (built on Debian with Vulkan on, carried as TEST_LAYER=path with its
+# libcmocka.so.0 beside it) on each Vulkan variant, recorded into command
+# buffers on the test's own buffers, against rssm_batch_step.
+stage_vulkan_layer() {
+  vulkan_loader
+  local t=${TEST_LAYER:-$ROOT/.devbin/test_layer}
+  for v in ${VULKAN_VARIANTS:-vulkan vulkan:coopmat}; do
+    local log="$OUT_DIR/layer-${v/:/-}.log"
+    if LD_LIBRARY_PATH="$(dirname "$t")${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" RSSM_TEST_BACKEND="$v" \
+        RSSM_REQUIRE_BACKENDS="$v" timeout 300 "$t" >"$log" 2>&1; then
+      note "test_layer on $v: $(grep -c '\[       OK \]' "$log") passed"
+    else
+      note "test_layer on $v FAILED (rc $?)"
+      grep -E "FAILED|ERROR|error" "$log" | head -10
+    fi
+    cp "$log" "$OUT_DIR/layer-${v/:/-}.txt"
+  done
+}
+
+# The Vulkan benchmark of two builds in one run, OLD_CLI (the previous
+# release, built with Vulkan on) and CLI, for each of VULKAN_VARIANTS, with
+# VULKAN_AB_ARGS (default: GDN and KDA, fp32 state, L = 16, batch 16, 64,
+# 256, uniform positions, median of 5): the change's cost or gain on the
+# same GPU, same clocks.
+stage_vulkan_ab() {
+  vulkan_loader
+  local args=${VULKAN_AB_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 16,64,256 --positions uniform --cycles 5"}
+  for v in ${VULKAN_VARIANTS:-vulkan}; do
+    for side in old new; do
+      local cli=$CLI
+      [ "$side" = old ] && cli=$OLD_CLI
+      # shellcheck disable=SC2086
+      timeout "${BENCH_TIMEOUT:-600}" "$cli" bench --backend "$v" $args --out "$OUT_DIR/ab-${v/:/-}-$side" \
+        >"$OUT_DIR/ab-${v/:/-}-$side.log" 2>&1
+      note "rssm bench --backend $v ($side build): rc $?"
+    done
+    python3 - "$OUT_DIR/ab-${v/:/-}" <<'PY'
+import json, sys
+old, new = (json.load(open(f"{sys.argv[1]}-{s}.json")) for s in ("old", "new"))
+print(f"{'gate':4} {'batch':>5}  us/layer: packed old -> new   replay old -> new   flush old -> new")
+for a, b in zip(old["rows"], new["rows"]):
+    per = lambda r, k: r[k] / r["layers"] if r.get(k) else float("nan")
+    print(f"{a['gate']:4} {a['batch']:5}  {per(a, 'packed_us'):10.2f} -> {per(b, 'packed_us'):7.2f}"
+          f"   {per(a, 'replay_us'):8.2f} -> {per(b, 'replay_us'):7.2f}"
+          f"   {per(a, 'flush_us'):7.2f} -> {per(b, 'flush_us'):7.2f}")
+PY
   done
 }
 

@@ -3,12 +3,13 @@ layers, from Python, on the caller's arrays (docs/python.md).
 
     fused_recurrent_gated_delta_rule_replayssm(...)  one layer, vLLM's names
     advance(cursor, ...)                             the cursors, after the last layer
+    materialise(initial_state, ...)                  fold slots' rings into their checkpoints
     Layer(LayerDesc(...), "cpu").run(...)            the lower level: separate q, k, v,
                                                      precomputed or raw gates
 
 Bindings are ctypes over librssm.so: the one in this package's folder, or
 $RSSM_LIBRARY. Arrays are read in place through torch's tensor API,
-__cuda_array_interface__ or __array_interface__.
+__cuda_array_interface__, __array_interface__ or DLPack.
 """
 
 from __future__ import annotations
@@ -19,13 +20,13 @@ from . import _arrays, _lib
 from . import layer as _layer
 from ._lib import Error, backend_names, library_path
 from .layer import Backend, Layer, LayerDesc, backend, can_implement, clear_cache
-from .replayssm import fused_recurrent_gated_delta_rule_replayssm
+from .replayssm import fused_recurrent_gated_delta_rule_replayssm, materialise
 
 __version__ = _lib.version_string()
 
 __all__ = [
     "Backend", "Error", "Layer", "LayerDesc", "__version__", "advance", "backend", "backend_names",
-    "can_implement", "clear_cache", "fused_recurrent_gated_delta_rule_replayssm", "library_path",
+    "can_implement", "clear_cache", "fused_recurrent_gated_delta_rule_replayssm", "library_path", "materialise",
     "register_torch_ops",
 ]
 
@@ -48,11 +49,12 @@ def advance(cursor, ssm_state_indices, write_pos, force_flush=None, *, ring_len:
 
 
 def register_torch_ops() -> bool:
-    """Registers the torch custom ops rssm::replayssm_decode and
-    rssm::replayssm_advance (importing torch). Done on import when torch is
-    already imported, else on the first call with a torch tensor; call it
-    yourself before torch.compile if rssm was imported first. False when
-    this torch has no torch.library.custom_op (torch < 2.4)."""
+    """Registers the torch custom ops rssm::replayssm_decode,
+    rssm::replayssm_materialise and rssm::replayssm_advance (importing
+    torch). Done on import when torch is already imported, else on the
+    first call with a torch tensor; call it yourself before torch.compile
+    if rssm was imported first. False when this torch has no
+    torch.library.register_fake (torch < 2.4)."""
     from . import _torch_ops
     return _torch_ops.available()
 

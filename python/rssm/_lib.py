@@ -137,6 +137,8 @@ _PROTOTYPES = {
     "rssm_layer_create": (c_int, [c_void_p, POINTER(RssmLayerDesc), POINTER(c_void_p), POINTER(RssmError)]),
     "rssm_layer_destroy": (None, [POINTER(c_void_p)]),
     "rssm_layer_run": (c_int, [c_void_p, c_uint32, POINTER(RssmLayerTensors), c_void_p, POINTER(RssmError)]),
+    "rssm_layer_materialise": (c_int, [c_void_p, c_uint32, POINTER(RssmLayerTensors), c_void_p,
+                                       POINTER(RssmError)]),
     "rssm_layer_advance": (c_int, [c_void_p, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                    POINTER(RssmError)]),
 }

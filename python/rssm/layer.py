@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-from . import _lib
+from . import _lib, _prepared
 from ._arrays import ArrayInfo, array_info, contiguous_tail, convert
 
 _STRIDE_FIELDS = (
@@ -90,6 +90,7 @@ def clear_cache() -> None:
     backend() handed out included; the next call makes new ones. Layers made
     with Layer(...) stay usable: each holds its C backend itself."""
     with _lock:
+        _prepared.clear()  # its calls and plans name the layers destroyed below
         layers, backends = list(_layers.values()), list(_backends.values())
         _layers.clear()
         _backends.clear()
@@ -274,16 +275,16 @@ def _gate_param(a: ArrayInfo, shapes: tuple) -> None:
     _need_aligned(a)
 
 
-def _as(x: Any, a: ArrayInfo, dtype: str, what: str) -> ArrayInfo:
-    return a if a.dtype == dtype else convert(x, a, dtype, what)
+def _as(a: ArrayInfo, dtype: str, what: str) -> ArrayInfo:
+    return a if a.dtype == dtype else convert(a, dtype, what)
 
 
-def _int32(x: Any, a: ArrayInfo, what: str) -> ArrayInfo:
+def _int32(a: ArrayInfo, what: str) -> ArrayInfo:
     if a.dtype == "int32":
         return a
     if a.dtype not in ("int64", "bool", "uint8", "int8", "int16", "uint32"):
         raise TypeError(f"{a.name} is {a.dtype}, expected int32")
-    return convert(x, a, "int32", what)
+    return convert(a, "int32", what)
 
 
 def _stream(stream: Any, arrays, memory: str | None):
@@ -321,6 +322,11 @@ def _keep_on_stream(converted, stream) -> None:
         a.obj.record_stream(s)
 
 
+def _keep_converted(converted, stream) -> None:
+    if stream is not None and converted and converted[0].kind == "torch" and converted[0].device == "cuda":
+        _keep_on_stream(converted, stream)
+
+
 def _check_where(backend_name: str, memory: str | None, arrays) -> None:
     if memory is None:
         return
@@ -345,6 +351,44 @@ class PreparedRun:
     rows: int
     arrays: dict
     converted: list
+
+
+def _check_pool(d: LayerDesc, a: dict) -> None:
+    """The state and ring arrays of `a` (ArrayInfos by Layer.run's names)
+    against the description: shapes, dtypes and the strides it names."""
+    H, HV, K, V = d.num_qk_heads, d.num_v_heads, d.head_k, d.head_v
+    _need_dtype(a["state"], (d.state_dtype,))
+    s_slot, s_head = _slot_strides(a["state"], d.slots, HV, (V, K))
+    _check_stride(d, a["state"], "state_slot_stride", s_slot)
+    _check_stride(d, a["state"], "state_head_stride", s_head)
+    rings = (("ring_d", HV, (0, V), d.ring_dtype), ("ring_k", H, (0, K), d.ring_dtype),
+             ("ring_g", HV, (0, K) if d.gate_kind == "kda" else (0,), "fp32"))
+    for n, heads, inner, dtype in rings:
+        if a[n] is None:
+            if d.replay:
+                raise ValueError(f"{n} is needed with replay on")
+            continue
+        _need_dtype(a[n], (dtype,))
+        slot_s, head_s = _slot_strides(a[n], d.slots, heads, inner, min_entries=d.ring_len - 1)
+        _check_stride(d, a[n], f"{n}_slot_stride", slot_s)
+        _check_stride(d, a[n], f"{n}_head_stride", head_s)
+
+
+def _per_row(a: dict, names, rows: int) -> list:
+    """The per-row int32 arrays of `a` named `names` (the first two needed,
+    the others optional), converted to int32 in place in `a` where they
+    are not; returns the converted copies."""
+    converted = []
+    for i, n in enumerate(names):
+        if a[n] is None:
+            if i < 2:
+                raise ValueError(f"{n} is needed")
+            continue
+        if a[n].dtype != "int32":
+            a[n] = _int32(a[n], "rssm's per-row dtype")
+            converted.append(a[n])
+        _vector(a[n], rows)
+    return converted
 
 
 def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, **inputs) -> PreparedRun:
@@ -375,7 +419,7 @@ def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, **inputs
             raise ValueError(f"gate mode {d.gate_mode!r} needs {n}")
         want = d.gate_dtype if n in ("gate", "beta") else "fp32"
         if a[n].dtype != want:
-            a[n] = _as(inputs[n], a[n], want, f"the layer's {'gate' if want != 'fp32' else 'gate weight'} dtype")
+            a[n] = _as(a[n], want, f"the layer's {'gate' if want != 'fp32' else 'gate weight'} dtype")
             converted.append(a[n])
     _check_stride(d, a["gate"], "gate_row_stride",
                   _row_stride(a["gate"], rows, (HV, K) if d.gate_kind == "kda" else (HV,)))
@@ -384,31 +428,8 @@ def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, **inputs
         _gate_param(a["A_log"], ((HV,),))
         _gate_param(a["dt_bias"], ((HV, K), (HV * K,)) if d.gate_kind == "kda" else ((HV,),))
 
-    _need_dtype(a["state"], (d.state_dtype,))
-    s_slot, s_head = _slot_strides(a["state"], d.slots, HV, (V, K))
-    _check_stride(d, a["state"], "state_slot_stride", s_slot)
-    _check_stride(d, a["state"], "state_head_stride", s_head)
-    rings = (("ring_d", HV, (0, V), d.ring_dtype), ("ring_k", H, (0, K), d.ring_dtype),
-             ("ring_g", HV, (0, K) if d.gate_kind == "kda" else (0,), "fp32"))
-    for n, heads, inner, dtype in rings:
-        if a[n] is None:
-            if d.replay:
-                raise ValueError(f"{n} is needed with replay on")
-            continue
-        _need_dtype(a[n], (dtype,))
-        slot_s, head_s = _slot_strides(a[n], d.slots, heads, inner, min_entries=d.ring_len - 1)
-        _check_stride(d, a[n], f"{n}_slot_stride", slot_s)
-        _check_stride(d, a[n], f"{n}_head_stride", head_s)
-
-    for n in ("slot_index", "write_pos", "force"):
-        if a[n] is None:
-            if n != "force":
-                raise ValueError(f"{n} is needed")
-            continue
-        if a[n].dtype != "int32":
-            a[n] = _int32(inputs[n], a[n], "rssm's per-row dtype")
-            converted.append(a[n])
-        _vector(a[n], rows)
+    _check_pool(d, a)
+    converted += _per_row(a, ("slot_index", "write_pos", "force"), rows)
     if a["overflow"] is not None:
         _need_dtype(a["overflow"], ("uint32", "int32"))
         _vector(a["overflow"], rows)
@@ -432,6 +453,7 @@ class Layer:
         # checks), so its calls take turns; ctypes releases the GIL during
         # them, and the cache hands one Layer to every thread.
         self._calls = threading.Lock()
+        self._c = _lib.lib()
         self._h = ctypes.c_void_p()
         err = _lib.RssmError()
         c = desc.to_c()
@@ -480,49 +502,74 @@ class Layer:
         """rssm_layer_run on arrays prepare_run checked against this layer's description."""
         assert run.desc == self.desc
         st = _stream(stream, run.arrays.values(), self.backend.memory)
-        conv = run.converted
-        if st is not None and conv and conv[0].kind == "torch" and conv[0].device == "cuda":
-            _keep_on_stream(conv, st)
+        _keep_converted(run.converted, st)
         t = _lib.RssmLayerTensors(**{n: (info.ptr if info is not None else None) for n, info in run.arrays.items()})
+        self.launch_tensors(run.rows, t, st)
+
+    def launch_tensors(self, rows: int, tensors: _lib.RssmLayerTensors, stream) -> None:
+        """rssm_layer_run on a filled rssm_layer_tensors, checked already."""
         err = _lib.RssmError()
         with self._calls:
-            status = _lib.lib().rssm_layer_run(self._h, run.rows, ctypes.byref(t), st, err)
+            status = self._c.rssm_layer_run(self._h, rows, ctypes.byref(tensors), stream, err)
         _lib.check("rssm_layer_run", status, err)
+
+    def _rows(self, raw: dict, names, extra=()) -> tuple:
+        """The per-row arrays `names` of `raw` (slot_index and write_pos
+        first), read, checked and converted to int32 where they are not, and
+        the arrays `extra` (ArrayInfos) beside them: returns (ArrayInfos by
+        name, rows, converted copies), having checked where they all live
+        and that rows <= max_rows."""
+        a = {n: (None if raw[n] is None else array_info(raw[n], n)) for n in names}
+        _check_where(self.backend.name, self.backend.memory, [*a.values(), *extra])
+        first = a[names[0]]
+        rows = first.shape[0] if first is not None and first.shape else 0
+        converted = _per_row(a, names, rows)
+        if rows > self.desc.max_rows:
+            raise ValueError(f"{rows} rows, but this layer was created for at most {self.desc.max_rows}")
+        return a, rows, converted
 
     def advance(self, slot_index, write_pos, cursor, force=None, stream=None):
         """rssm_layer_advance: after a step's last layer, for every row that
         is not padding, cursor[slot_index[r]] = 0 if the row flushed (write_pos
         == ring_len - 1 or force[r] set) else write_pos[r] + 1. cursor is int32
         per slot ([>= slots]); slot_index, write_pos, force [rows]. Returns cursor."""
-        raw = dict(slot_index=slot_index, write_pos=write_pos, force=force)
-        a = {n: (None if x is None else array_info(x, n)) for n, x in raw.items()}
         c = array_info(cursor, "cursor")
-        _check_where(self.backend.name, self.backend.memory, [*a.values(), c])
-        rows = a["slot_index"].shape[0] if a["slot_index"].shape else 0
-        converted = []
-        for n, info in a.items():
-            if info is None:
-                continue
-            if info.dtype != "int32":
-                a[n] = _int32(raw[n], info, "rssm's per-row dtype")
-                converted.append(a[n])
-            _vector(a[n], rows)
+        a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos, force=force),
+                                        ("slot_index", "write_pos", "force"), (c,))
         _need_dtype(c, ("int32",))
         if len(c.shape) != 1 or c.shape[0] < self.desc.slots or (c.shape[0] > 1 and c.strides[0] != 1):
             raise ValueError(f"{c.describe()}: expected a contiguous int32 array of at least {self.desc.slots} "
                              "(one cursor per slot)")
-        if rows > self.desc.max_rows:
-            raise ValueError(f"{rows} rows, but this layer was created for at most {self.desc.max_rows}")
         st = _stream(stream, [*a.values(), c], self.backend.memory)
-        if st is not None and converted and converted[0].kind == "torch" and converted[0].device == "cuda":
-            _keep_on_stream(converted, st)
+        _keep_converted(converted, st)
         err = _lib.RssmError()
         f = a["force"].ptr if a["force"] is not None else None
         with self._calls:
-            status = _lib.lib().rssm_layer_advance(self._h, rows, a["slot_index"].ptr, a["write_pos"].ptr, f, c.ptr,
-                                                   st, err)
+            status = self._c.rssm_layer_advance(self._h, rows, a["slot_index"].ptr, a["write_pos"].ptr, f, c.ptr,
+                                                st, err)
         _lib.check("rssm_layer_advance", status, err)
         return cursor
+
+    def materialise(self, *, state, ring_d, ring_k, ring_g, slot_index, write_pos, stream=None):
+        """rssm_layer_materialise: for every row that is not padding, folds
+        the first write_pos[r] ring entries of slot slot_index[r] into its
+        checkpoint, so that state[slot] alone is the slot's true state. The
+        rings are read, not cleared: set those slots' cursors to 0 after
+        (rssm.advance with force set does, or the engine itself). Arrays as
+        in run(); returns state."""
+        pool = {n: array_info(x, n) for n, x in
+                (("state", state), ("ring_d", ring_d), ("ring_k", ring_k), ("ring_g", ring_g))}
+        a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos),
+                                        ("slot_index", "write_pos"), pool.values())
+        _check_pool(self.desc, pool)
+        st = _stream(stream, [*pool.values(), *a.values()], self.backend.memory)
+        _keep_converted(converted, st)
+        t = _lib.RssmLayerTensors(**{n: info.ptr for n, info in (*pool.items(), *a.items())})
+        err = _lib.RssmError()
+        with self._calls:
+            status = self._c.rssm_layer_materialise(self._h, rows, ctypes.byref(t), st, err)
+        _lib.check("rssm_layer_materialise", status, err)
+        return state
 
 
 def _capturing() -> bool:
@@ -552,6 +599,26 @@ def layer_for(desc: LayerDesc, backend_name: str | Backend) -> Layer:
         with _lock:
             layer = _layers.setdefault(key, layer)
     return layer
+
+
+_POOL_FIELDS = ("num_qk_heads", "num_v_heads", "head_k", "head_v", "slots", "ring_len", "gate_kind", "replay",
+                "state_dtype", "ring_dtype")
+
+
+def pool_layer(desc: LayerDesc, backend_name: str | Backend, rows: int) -> Layer:
+    """For what reads only the state pool and the rings (the fold of
+    Layer.materialise): a cached layer with room for `rows` rows whose pool
+    is described as in `desc` (the one the step's layers ran on, so that
+    nothing is created during a capture), else the layer for `desc`."""
+    b = backend(backend_name)
+    with _lock:
+        layers = list(_layers.values())
+    for l in layers:
+        if (l.backend is b and l.desc.max_rows >= rows
+                and all(getattr(l.desc, f) == getattr(desc, f) for f in _POOL_FIELDS)
+                and all(l.desc.stride(f) == desc.stride(f) for f in _STRIDE_FIELDS[:8])):
+            return l
+    return layer_for(desc, backend_name)
 
 
 def cached_layers() -> list[Layer]:

@@ -1,13 +1,31 @@
-"""The per-layer entry point with vLLM's argument names: one decode step of
+"""The per-layer entry points with vLLM's argument names: one decode step of
 one Gated DeltaNet / KDA layer on the engine's own tensors, with no copies
 but the gates' conversion when they come in a dtype the C API does not
-take (docs/python.md)."""
+take, and the fold of a slot's ring into its checkpoint (docs/python.md).
+
+A call is checked in full once per description; after that it goes
+through rssm._prepared, which says what a repeated call still checks."""
 
 from __future__ import annotations
 
-from . import _lib
+from . import _arrays, _lib, _prepared
 from ._arrays import ArrayInfo, array_info, contiguous_tail, torch_ops_for
-from .layer import LayerDesc, _as, _int32, _outer_stride, _stream, layer_for, prepare_run
+from .layer import LayerDesc, _as, _int32, _keep_converted, _outer_stride, _stream, layer_for, pool_layer, prepare_run
+
+# The arrays of a decode call, in the order the prepared calls key them.
+_NAMES = ("mixed_qkv", "a", "b", "A_log", "dt_bias", "initial_state", "d_cache", "k_cache", "g_cache", "out",
+          "ssm_state_indices", "write_pos", "force_flush", "overflow")
+# rssm_layer_tensors' fields, in its order, and the argument (index into
+# _NAMES) each is read from: q, k and v are windows of mixed_qkv.
+_FIELDS = (("state", 5), ("ring_d", 6), ("ring_k", 7), ("ring_g", 8), ("q", 0), ("k", 0), ("v", 0), ("gate", 1),
+           ("beta", 2), ("A_log", 3), ("dt_bias", 4), ("out", 9), ("slot_index", 10), ("write_pos", 11),
+           ("force", 12), ("overflow", 13))
+
+
+# The types of scalar arguments whose value is all there is to them: a call
+# with another (a 0-d tensor as scale, which may change in place) is neither
+# planned nor kept, one with a stream object not kept.
+_VALUES = (int, float, bool, str)
 
 
 def _next_pow2(n: int) -> int:
@@ -20,6 +38,22 @@ def _next_pow2(n: int) -> int:
 def _dims(a: ArrayInfo, ndim, what: str) -> None:
     if len(a.shape) not in ((ndim,) if isinstance(ndim, int) else ndim):
         raise ValueError(f"{a.name} has shape {list(a.shape)}, expected {what}")
+
+
+def _key(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, stream):
+    """A call's key in rssm._prepared: its arrays' ids and its scalar
+    arguments, those left out as the torch op passes them (0.0, 0, ""), so
+    that the entry and the op's implementation find one another's calls.
+    Equal keys mean equal arguments: equal numbers convert equally."""
+    return (*map(id, arrays), scale or 0.0, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len or 0,
+            max_rows or 0, backend or "", stream)
+
+
+def _prepared_call(key):
+    try:
+        return _prepared.calls.get(key), key
+    except TypeError:  # an argument that cannot be hashed: nothing is kept for such calls
+        return None, None
 
 
 def fused_recurrent_gated_delta_rule_replayssm(
@@ -66,21 +100,41 @@ def fused_recurrent_gated_delta_rule_replayssm(
                        tensors, the __cuda_array_interface__ stream otherwise.
 
     H, K, HV and V come from the shapes of initial_state and k_cache.
-    torch tensors go through the custom op rssm::replayssm_decode
-    (torch.compile and CUDA graph capture). Returns out."""
+    torch tensors go through the custom op rssm::replayssm_decode whenever
+    torch would see the call (torch.compile, fake tensors and other modes,
+    the profiler, tensor subclasses); otherwise an eager call goes to C
+    directly, on torch's current stream (a CUDA graph capture's too).
+    Returns out."""
+    arrays = (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
+              write_pos, force_flush, overflow)
+    watching = _arrays.torch_watching()
+    if not watching:
+        # _key(...) written out: on a repeated call's path its function call would cost a twentieth
+        key = (*map(id, arrays), scale or 0.0, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel,
+               ring_len or 0, max_rows or 0, backend or "", stream)
+        try:
+            call = _prepared.calls.get(key)
+        except TypeError:  # an argument that cannot be hashed: nothing is kept for such calls
+            call = key = None
+        if call is not None and call(arrays):
+            return out
     ops = torch_ops_for(mixed_qkv)
     if ops is not None:
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
-        ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
-                   ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
-                   gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
-                   int(ring_len or 0), int(max_rows or 0), backend or "")
-        return out
-    decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
-           ssm_state_indices, write_pos, force_flush, gate_kind=gate_kind, gate_mode=gate_mode,
-           gate_lower_bound=gate_lower_bound, use_qk_l2norm=use_qk_l2norm_in_kernel, ring_len=ring_len,
-           max_rows=max_rows, overflow=overflow, backend=backend, stream=stream)
+        if watching or not ops.plain_tensors(arrays):
+            ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
+                       ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
+                       gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
+                       int(ring_len or 0), int(max_rows or 0), backend or "")
+            return out
+    elif watching:  # arrays torch does not own, under a torch mode or profiler: nothing of torch's to skip
+        return decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
+                      ssm_state_indices, write_pos, force_flush, gate_kind=gate_kind, gate_mode=gate_mode,
+                      gate_lower_bound=gate_lower_bound, use_qk_l2norm=use_qk_l2norm_in_kernel, ring_len=ring_len,
+                      max_rows=max_rows, overflow=overflow, backend=backend, stream=stream)
+    _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel, ring_len,
+            max_rows, backend, stream)
     return out
 
 
@@ -88,25 +142,108 @@ def decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cac
            ssm_state_indices, write_pos, force_flush=None, *, gate_kind="gdn", gate_mode="raw",
            gate_lower_bound=0.0, use_qk_l2norm=True, ring_len=None, max_rows=None, overflow=None, backend=None,
            stream=None):
-    """fused_recurrent_gated_delta_rule_replayssm without the torch custom op:
-    reads the shapes, builds the layer description, runs the cached layer."""
+    """fused_recurrent_gated_delta_rule_replayssm without the torch custom op
+    (its implementation): a prepared call if there is one for these
+    arguments, else the full path, which prepares one."""
+    arrays = (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
+              write_pos, force_flush, overflow)
+    call, key = _prepared_call(_key(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm,
+                                    ring_len, max_rows, backend, stream))
+    if call is None or not call(arrays):
+        _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows,
+                backend, stream)
+    return out
+
+
+def _stream_handle(stream):
+    """An explicit stream= as the integer a DLPack producer is told."""
+    return None if stream is None else _stream(stream, (), "cuda")
+
+
+def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend,
+            stream) -> None:
+    """Reads the arrays, finds (or makes) the plan for their description,
+    binds their addresses and launches; then keeps the bound call for
+    `key` (None: keep nothing) in rssm._prepared."""
+    dl_stream = _stream_handle(stream)
+    infos = tuple(None if x is None else array_info(x, n, dl_stream) for x, n in zip(arrays, _NAMES))
+    plan_key = None
+    if key is not None and all(v is None or type(v) in _VALUES for v in key[len(arrays):-1]):
+        plan_key = (tuple(None if i is None else i.layout for i in infos), key[len(arrays):-1])
+    if plan_key is None or not (stream is None or type(stream) is int):
+        key = None
+    plan = None if plan_key is None else _prepared.plans.get(plan_key)
+    if plan is None:
+        plan = _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len,
+                     max_rows, backend)
+        if plan_key is not None:
+            _prepared.remember(_prepared.plans, plan_key, plan, _prepared.MAX_PLANS)
+    tensors, read = plan.bind(infos)
+    st = _stream(stream, read, plan.memory)
+    _keep_converted([r for r, i in zip(read, infos) if r is not i], st)
+    plan.layer.launch_tensors(plan.rows, tensors, st)
+    torch_stream = None  # the launch went on torch's current stream: a prepared call reads it anew each time
+    if stream is None and plan.memory == "cuda" and _arrays.torch_ops is not None:
+        dev = next((i for i in infos if i is not None and i.kind == "torch" and i.device == "cuda"), None)
+        if dev is not None:
+            torch_stream = _arrays.torch_ops.current_stream_reader(dev.device_index)
+    _prepared.prepare(key, plan, arrays, infos, tensors, st, torch_stream)
+
+
+def _pool(state: ArrayInfo, ring_d: ArrayInfo, ring_k: ArrayInfo, ring_g: ArrayInfo, gate_kind: str,
+          ring_len) -> dict:
+    """The LayerDesc fields the state pool and the rings give: shape,
+    dtypes, ring length and their strides (checked against the rest in
+    rssm.layer)."""
     if gate_kind not in _lib.GATE_KINDS:
         raise ValueError(f"gate_kind {gate_kind!r}: expected 'gdn' or 'kda'")
-    if gate_mode not in _lib.GATE_MODES:
-        raise ValueError(f"gate_mode {gate_mode!r}: expected one of {sorted(_lib.GATE_MODES)}")
-    raw = gate_mode != "precomputed"
-    qkv = array_info(mixed_qkv, "mixed_qkv")
-    state = array_info(initial_state, "initial_state")
-    ring_d = array_info(d_cache, "d_cache")
-    ring_k = array_info(k_cache, "k_cache")
-    ring_g = array_info(g_cache, "g_cache")
     _dims(state, 4, "[slots, HV, V, K]")
     _dims(ring_d, 4, "[slots, HV, R, V]")
     _dims(ring_k, 4, "[slots, H, R, K]")
     _dims(ring_g, 4 if gate_kind == "kda" else 3, "[slots, HV, R, K] (KDA)" if gate_kind == "kda"
           else "[slots, HV, R] (GDN)")
+    if state.dtype not in ("fp32", "bf16"):
+        raise TypeError(f"{state.name} is {state.dtype}, expected fp32 or bf16")
+    for x in (ring_d, ring_k):
+        if x.dtype not in ("fp32", "fp16", "bf16"):
+            raise TypeError(f"{x.name} is {x.dtype}, expected fp32, fp16 or bf16")
+    if ring_k.dtype != ring_d.dtype:
+        raise TypeError(f"{ring_k.name} is {ring_k.dtype} but {ring_d.name} is {ring_d.dtype}: the rings share "
+                        "one dtype")
+
+    def slot_head(x: ArrayInfo) -> tuple:
+        return (_outer_stride(x, 0), _outer_stride(x, 1)) if len(x.shape) >= 2 else (0, 0)
+
     slots, HV, V, K = state.shape
-    H = ring_k.shape[1]
+    s_slot, s_head = slot_head(state)
+    d_slot, d_head = slot_head(ring_d)
+    k_slot, k_head = slot_head(ring_k)
+    g_slot, g_head = slot_head(ring_g)
+    return dict(num_qk_heads=ring_k.shape[1], num_v_heads=HV, head_k=K, head_v=V, slots=slots,
+                ring_len=int(ring_len) if ring_len else ring_d.shape[2], gate_kind=gate_kind, replay=True,
+                state_dtype=state.dtype, ring_dtype=ring_d.dtype,
+                state_slot_stride=s_slot, state_head_stride=s_head,
+                ring_d_slot_stride=d_slot, ring_d_head_stride=d_head,
+                ring_k_slot_stride=k_slot, ring_k_head_stride=k_head,
+                ring_g_slot_stride=g_slot, ring_g_head_stride=g_head)
+
+
+def _backend_memory(backend, device: str) -> tuple:
+    name = backend or ("cuda" if device == "cuda" else "cpu")
+    return name, "cuda" if name.startswith("cuda") else "cpu" if name.startswith("cpu") else None
+
+
+def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend):
+    """Every check of a call, on its arrays as read (`infos`), and the
+    layer object for its description, as an rssm._prepared.Plan: what later
+    calls with the same description skip."""
+    if gate_mode not in _lib.GATE_MODES:
+        raise ValueError(f"gate_mode {gate_mode!r}: expected one of {sorted(_lib.GATE_MODES)}")
+    raw = gate_mode != "precomputed"
+    (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force,
+     overflow) = infos
+    pool = _pool(state, ring_d, ring_k, ring_g, gate_kind, ring_len)
+    H, HV, K, V = pool["num_qk_heads"], pool["num_v_heads"], pool["head_k"], pool["head_v"]
     _dims(qkv, 2, "[B, 2*H*K + HV*V]")
     B, width = qkv.shape
     if width != 2 * H * K + HV * V:
@@ -114,70 +251,96 @@ def decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cac
                          f"(H={H} from k_cache, HV={HV}, V={V}, K={K} from initial_state)")
     if not contiguous_tail(qkv, 1):
         raise ValueError(f"{qkv.describe()}: each row must be contiguous")
+    if qkv.dtype not in ("fp32", "bf16"):
+        raise TypeError(f"mixed_qkv is {qkv.dtype}, expected fp32 or bf16")
     q, k, v = (qkv.columns("q (mixed_qkv)", 0, H * K), qkv.columns("k (mixed_qkv)", H * K, H * K),
                qkv.columns("v (mixed_qkv)", 2 * H * K, HV * V))
-    L = int(ring_len) if ring_len else ring_d.shape[2]
 
     # The copies, made before the strides are read, since the description
     # holds the strides of what C reads: a and b in place when both are fp32
     # or both bf16 (the C API's gate dtypes), else both converted to fp32;
     # A_log and dt_bias to fp32; the per-row arrays to int32.
-    gate, beta = array_info(a, "a"), array_info(b, "b")
     gate_dtype = gate.dtype if gate.dtype == beta.dtype and gate.dtype in ("fp32", "bf16") else "fp32"
-    gate = _as(a, gate, gate_dtype, "the C API's gate dtype")
-    beta = _as(b, beta, gate_dtype, "the C API's gate dtype")
-    A_log_i = dt_bias_i = None
+    gate = _as(gate, gate_dtype, "the C API's gate dtype")
+    beta = _as(beta, gate_dtype, "the C API's gate dtype")
     if raw:
-        if A_log is None or dt_bias is None:
+        if A_log_i is None or dt_bias_i is None:
             raise ValueError(f"gate_mode {gate_mode!r} needs A_log and dt_bias")
-        A_log_i = _as(A_log, array_info(A_log, "A_log"), "fp32", "the C API's gate weight dtype")
-        dt_bias_i = _as(dt_bias, array_info(dt_bias, "dt_bias"), "fp32", "the C API's gate weight dtype")
-    idx = _int32(ssm_state_indices, array_info(ssm_state_indices, "ssm_state_indices"), "rssm's per-row dtype")
-    wpos = _int32(write_pos, array_info(write_pos, "write_pos"), "rssm's per-row dtype")
-    force = None if force_flush is None else _int32(force_flush, array_info(force_flush, "force_flush"),
-                                                    "rssm's per-row dtype")
-    out_i = array_info(out, "out")
+        A_log_i = _as(A_log_i, "fp32", "the C API's gate weight dtype")
+        dt_bias_i = _as(dt_bias_i, "fp32", "the C API's gate weight dtype")
+    else:
+        A_log_i = dt_bias_i = None
+    idx = _int32(idx, "rssm's per-row dtype")
+    wpos = _int32(wpos, "rssm's per-row dtype")
+    force = None if force is None else _int32(force, "rssm's per-row dtype")
 
     def row_stride(x: ArrayInfo) -> int:
         return _outer_stride(x, 0) if x.shape else 0
 
-    def slot_head(x: ArrayInfo) -> tuple:
-        return (_outer_stride(x, 0), _outer_stride(x, 1)) if len(x.shape) >= 2 else (0, 0)
-
-    if state.dtype not in ("fp32", "bf16"):
-        raise TypeError(f"initial_state is {state.dtype}, expected fp32 or bf16")
-    for x in (ring_d, ring_k):
-        if x.dtype not in ("fp32", "fp16", "bf16"):
-            raise TypeError(f"{x.name} is {x.dtype}, expected fp32, fp16 or bf16")
-    if ring_k.dtype != ring_d.dtype:
-        raise TypeError(f"k_cache is {ring_k.dtype} but d_cache is {ring_d.dtype}: the rings share one dtype")
-    if qkv.dtype not in ("fp32", "bf16"):
-        raise TypeError(f"mixed_qkv is {qkv.dtype}, expected fp32 or bf16")
-
-    backend_name = backend or ("cuda" if qkv.device == "cuda" else "cpu")
-    memory = "cuda" if backend_name.startswith("cuda") else "cpu" if backend_name.startswith("cpu") else None
-    st = _stream(stream, [qkv, state, out_i], memory)
-    s_slot, s_head = slot_head(state)
-    d_slot, d_head = slot_head(ring_d)
-    k_slot, k_head = slot_head(ring_k)
-    g_slot, g_head = slot_head(ring_g)
+    backend_name, memory = _backend_memory(backend, qkv.device)
     desc = LayerDesc(
-        num_qk_heads=H, num_v_heads=HV, head_k=K, head_v=V, slots=slots,
-        max_rows=int(max_rows) if max_rows else _next_pow2(max(B, 1)),
-        ring_len=L, gate_kind=gate_kind, gate_mode=gate_mode, gate_lower_bound=float(gate_lower_bound),
-        replay=True, state_dtype=state.dtype, ring_dtype=ring_d.dtype, io_dtype=qkv.dtype,
-        qk_l2norm=bool(use_qk_l2norm), q_scale=float(scale or 0.0),
-        state_slot_stride=s_slot, state_head_stride=s_head,
-        ring_d_slot_stride=d_slot, ring_d_head_stride=d_head,
-        ring_k_slot_stride=k_slot, ring_k_head_stride=k_head,
-        ring_g_slot_stride=g_slot, ring_g_head_stride=g_head,
-        q_row_stride=row_stride(q), k_row_stride=row_stride(k), v_row_stride=row_stride(v),
-        out_row_stride=row_stride(out_i), gate_row_stride=row_stride(gate), beta_row_stride=row_stride(beta),
-        gate_dtype=gate_dtype)
+        **pool, max_rows=int(max_rows) if max_rows else _next_pow2(max(B, 1)), gate_mode=gate_mode,
+        gate_lower_bound=float(gate_lower_bound), io_dtype=qkv.dtype, qk_l2norm=bool(use_qk_l2norm),
+        q_scale=float(scale or 0.0), q_row_stride=row_stride(q), k_row_stride=row_stride(k),
+        v_row_stride=row_stride(v), out_row_stride=row_stride(out_i), gate_row_stride=row_stride(gate),
+        beta_row_stride=row_stride(beta), gate_dtype=gate_dtype)
     # Check every array against the description before a layer object is
     # made for it, so a wrong call leaves nothing behind in the cache.
     run = prepare_run(desc, backend_name, memory, q=q, k=k, v=v, gate=gate, beta=beta, out=out_i, state=state,
                       ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos, force=force,
                       A_log=A_log_i, dt_bias=dt_bias_i, overflow=overflow)
-    layer_for(desc, backend_name).launch(run, st)
-    return out
+    layer = layer_for(desc, backend_name)
+    read = (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force, overflow)
+    fields = []
+    for name, arg in _FIELDS:
+        x = run.arrays[name]
+        fields.append(None if x is None else _prepared.Field(arg, x.ptr - read[arg].ptr, x.itemsize, x.name))
+    converts = tuple(None if r is i else r.dtype for r, i in zip(read, infos))
+    return _prepared.Plan(layer, run.rows, fields, converts, memory)
+
+
+def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
+                ring_len=None, max_rows=None, backend=None, stream=None):
+    """Folds each row's committed ring entries into its slot's checkpoint,
+    on the device, so that initial_state[slot] alone is the slot's true
+    state: what an engine does before its prefix cache snapshots a slot or
+    copies it to another (rssm_layer_materialise). Padding rows (a negative
+    slot) are skipped; the rings are read, not cleared, so set the folded
+    slots' cursors to 0 afterwards (rssm.advance with force_flush set does;
+    every layer of the step first). Rows must name distinct slots.
+
+    Arguments as in fused_recurrent_gated_delta_rule_replayssm: the state
+    pool and rings of one layer, ssm_state_indices and write_pos [B] (the
+    slots' cursors), gate_kind, ring_len (default d_cache's entries),
+    max_rows, backend, stream. torch tensors go through the custom op
+    rssm::replayssm_materialise. Returns initial_state."""
+    ops = torch_ops_for(initial_state)
+    if ops is not None:
+        if stream is not None:
+            raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
+        ops.materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind,
+                        int(ring_len or 0), int(max_rows or 0), backend or "")
+        return initial_state
+    return materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos,
+                              gate_kind=gate_kind, ring_len=ring_len, max_rows=max_rows, backend=backend,
+                              stream=stream)
+
+
+def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
+                       ring_len=None, max_rows=None, backend=None, stream=None):
+    """materialise without the torch custom op (its implementation), with a
+    cached layer of the pool's description (its step arrays' part left at
+    the defaults: the fold supplies its own)."""
+    dl_stream = _stream_handle(stream)
+    pool = {n: array_info(x, n, dl_stream) for n, x in (("initial_state", initial_state), ("d_cache", d_cache),
+                                                          ("k_cache", k_cache), ("g_cache", g_cache))}
+    state, ring_d, ring_k, ring_g = pool.values()
+    fields = _pool(state, ring_d, ring_k, ring_g, gate_kind, ring_len)
+    idx = array_info(ssm_state_indices, "ssm_state_indices", dl_stream)
+    rows = idx.shape[0] if len(idx.shape) == 1 else 0
+    backend_name, _ = _backend_memory(backend, state.device)
+    desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)))
+    pool_layer(desc, backend_name, rows).materialise(
+        state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx,
+        write_pos=array_info(write_pos, "write_pos", dl_stream), stream=stream)
+    return initial_state

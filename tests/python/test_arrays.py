@@ -1,5 +1,8 @@
 """Reading arrays through their interfaces (no C involved): pointers, shapes,
-byte strides to element strides, dtypes, devices and the CUDA stream key."""
+byte strides to element strides, dtypes, devices, the CUDA stream key, and
+DLPack capsules (classic and versioned, read without being consumed)."""
+
+import sys
 
 import numpy as np
 import pytest
@@ -85,3 +88,62 @@ def test_not_an_array():
     with pytest.raises(TypeError, match=r"x: expected an array .* got list"):
         array_info([1.0, 2.0], "x")
     assert isinstance(array_info(array_info(np.zeros(1), "y"), "z"), ArrayInfo)
+
+
+class DLPackOnly:
+    """An array with nothing but the DLPack protocol, over a NumPy array:
+    classic (its __dlpack__ knows no max_version, so the capsule is the
+    unversioned "dltensor") or versioned (it passes max_version on)."""
+
+    def __init__(self, a, versioned=False):
+        self.a, self.versioned = a, versioned
+
+    def __dlpack__(self, stream=None, **kw):
+        if kw and not self.versioned:
+            raise TypeError(f"__dlpack__() got unexpected keyword arguments {sorted(kw)}")
+        return self.a.__dlpack__(stream=stream, **kw)
+
+    def __dlpack_device__(self):
+        return self.a.__dlpack_device__()
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_only_array(versioned):
+    x = np.arange(4 * 6 * 8, dtype=np.float32).reshape(4, 6, 8)
+    view = x[1:, ::2, :]                      # an offset and a stride the capsule carries
+    before = sys.getrefcount(x)
+    a = array_info(DLPackOnly(view, versioned), "d")
+    assert a.kind == "dlpack" and a.device == "cpu" and a.dtype == "fp32"
+    assert a.ptr == view.ctypes.data and a.shape == (3, 3, 8) and a.strides == (48, 16, 1)
+    capsule = a.obj[1]
+    assert f'"dltensor{"_versioned" if versioned else ""}"' in repr(capsule), "read, not consumed (renamed)"
+    del a, capsule
+    assert sys.getrefcount(x) == before, "the capsule's own destructor released the export"
+
+
+@pytest.mark.parametrize("dtype, name", [(np.float16, "fp16"), (np.int32, "int32"), (np.int64, "int64"),
+                                         (np.bool_, "bool"), (np.uint8, "uint8")])
+def test_dlpack_dtypes(dtype, name):
+    a = array_info(DLPackOnly(np.zeros((2, 3), dtype)), "d")
+    assert a.dtype == name and a.strides == (3, 1)
+
+
+def test_dlpack_refusals():
+    class OnVulkan(DLPackOnly):
+        def __dlpack_device__(self):
+            return (7, 0)
+
+    with pytest.raises(TypeError, match="d: a DLPack array on device type 7"):
+        array_info(OnVulkan(np.zeros(2, np.float32)), "d")
+
+    class Used(DLPackOnly):
+        def __dlpack__(self, stream=None):
+            capsule = self.a.__dlpack__()
+            np.from_dlpack(type("Once", (), {"__dlpack__": lambda s, **kw: capsule,
+                                             "__dlpack_device__": lambda s: (1, 0)})())
+            return capsule  # consumed by from_dlpack above: renamed "used_dltensor"
+
+    with pytest.raises(TypeError, match="capsule named b'used_dltensor'"):
+        array_info(Used(np.zeros(2, np.float32)), "d")
+    with pytest.raises(TypeError, match="DLPack element type"):
+        array_info(DLPackOnly(np.zeros(2, np.complex64)), "d")

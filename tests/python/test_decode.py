@@ -293,3 +293,29 @@ def test_threads_share_the_cached_layer():
         t.join()
     assert not errors, errors
     assert len(rssm_layer.cached_layers()) == 1
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_only_arrays(versioned):
+    """Every array an object with nothing but __dlpack__ (classic or
+    versioned capsules): read in place, the same results."""
+    from test_arrays import DLPackOnly
+
+    def w(x):
+        return DLPackOnly(x, versioned)
+
+    rng = np.random.default_rng(9)
+    e = Engine(rng, gate_kind="kda")
+    for t in range(2 * e.L):
+        idx = rng.choice(e.slots, 3, replace=False).astype(np.int32)
+        force = (rng.random(3) < 0.3).astype(np.int32)
+        mixed_qkv, a, b = e.inputs(3)
+        expect = e.reference(mixed_qkv, a, b, idx)
+        write_pos = e.cursor[idx].copy()
+        out = np.empty((3, e.HV, e.V), np.float32)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            w(mixed_qkv), w(a), w(b), w(e.A_log), w(e.dt_bias), None, w(e.state), w(e.d_cache), w(e.k_cache),
+            w(e.g_cache), w(out), w(idx), w(write_pos), w(force), gate_kind="kda")
+        rssm.advance(w(e.cursor), w(idx), w(write_pos), w(force), ring_len=e.L)
+        e.check_out(out, expect)
+        e.check_encoded_state()

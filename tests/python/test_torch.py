@@ -1,7 +1,8 @@
-"""torch tensors: the custom ops rssm::replayssm_decode / replayssm_advance
-(opcheck, torch.compile), bf16, and where a GPU and a CUDA build are there
-(RSSM_LIBRARY), the cuda backend and CUDA graph capture. Skipped without
-torch."""
+"""torch tensors: the custom ops rssm::replayssm_decode / replayssm_materialise
+/ replayssm_advance (opcheck, torch.compile, what torch's modes and profiler
+see), eager calls that go to C directly, bf16, and where a GPU and a CUDA
+build are there (RSSM_LIBRARY), the cuda backend and CUDA graph capture.
+Skipped without torch."""
 
 import numpy as np
 import pytest
@@ -30,11 +31,12 @@ def decode_args(e, tensors, mixed_qkv, a, b, idx, write_pos, force, out):
 
 def test_ops_registered():
     assert rssm.register_torch_ops()
-    assert hasattr(torch.ops.rssm, "replayssm_decode") and hasattr(torch.ops.rssm, "replayssm_advance")
+    for name in ("replayssm_decode", "replayssm_materialise", "replayssm_advance"):
+        assert hasattr(torch.ops.rssm, name), name
 
 
 @pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
-def test_cpu_tensors_through_the_op(gate_kind):
+def test_cpu_tensors(gate_kind):
     rng = np.random.default_rng(20)
     e = Engine(rng, gate_kind=gate_kind)
     t = as_torch(e)
@@ -70,6 +72,105 @@ def test_opcheck():
             t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.empty(2, e.HV, e.V), idx, write_pos,
             None, None, 0.0, "gdn", "raw", 0.0, True, 0, 0, "")
     torch.library.opcheck(torch.ops.rssm.replayssm_decode.default, args)
+
+
+def test_opcheck_materialise():
+    rng = np.random.default_rng(28)
+    e = Engine(rng)
+    t = as_torch(e)
+    for r in e.d_cache, e.k_cache, e.g_cache:
+        r[...] = rng.uniform(-0.5, 0.5, r.shape)
+    args = (t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.tensor([2, -1, 0], dtype=torch.int32),
+            torch.tensor([3, 0, 1], dtype=torch.int32), "gdn", 0, 0, "")
+    torch.library.opcheck(torch.ops.rssm.replayssm_materialise.default, args)
+
+
+def test_materialise_through_the_op():
+    """The op on CPU tensors gives what the NumPy path gives, bit for bit."""
+    rng = np.random.default_rng(29)
+    e = Engine(rng, gate_kind="kda")
+    for r in e.d_cache, e.k_cache, e.g_cache:
+        r[...] = rng.uniform(-0.5, 0.5, r.shape)
+    e.g_cache[...] = -np.abs(e.g_cache)
+    state = e.state.copy()
+    rows, write_pos = np.array([3, 1], np.int32), np.array([2, 3], np.int32)
+    rssm.materialise(state, e.d_cache, e.k_cache, e.g_cache, rows, write_pos, gate_kind="kda")
+    t = as_torch(e)
+    got = rssm.materialise(t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.from_numpy(rows),
+                           torch.from_numpy(write_pos).long(), gate_kind="kda")
+    assert got is t["initial_state"]
+    np.testing.assert_array_equal(e.state, state)
+
+
+def static_step(e, t, B, rng):
+    """An engine step on static CPU tensors (new values copied in), through
+    the entry; checked against the reference."""
+    mixed_qkv, a, b = e.inputs(B)
+    expect = e.reference(mixed_qkv, a, b, t["idx"].numpy())
+    for n, x in (("mixed", mixed_qkv), ("a", a), ("b", b)):
+        t[n].copy_(torch.from_numpy(x))
+    t["write_pos"].copy_(torch.from_numpy(e.cursor)[t["idx"].long()])
+    rssm.fused_recurrent_gated_delta_rule_replayssm(
+        t["mixed"], t["a"], t["b"], t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"], t["k_cache"],
+        t["g_cache"], t["out"], t["idx"], t["write_pos"])
+    rssm.advance(torch.from_numpy(e.cursor), t["idx"], t["write_pos"], ring_len=e.L)
+    e.check_out(t["out"].numpy().reshape(expect.shape), expect)
+
+
+def test_repeated_eager_calls_and_changed_tensors():
+    """The same tensors every step go to C from a prepared call after the
+    first; set_() and resize_() under the same tensor objects are seen: the
+    call is made (and checked) afresh."""
+    from rssm import _prepared
+
+    rng = np.random.default_rng(30)
+    e = Engine(rng)
+    B = 3
+    t = as_torch(e)
+    t.update(mixed=torch.zeros(B, 2 * e.H * e.K + e.HV * e.V), a=torch.zeros(B, e.HV), b=torch.zeros(B, e.HV),
+             out=torch.zeros(B, e.HV, e.V), idx=torch.tensor([4, 0, 2], dtype=torch.int32),
+             write_pos=torch.zeros(B, dtype=torch.int32))
+    for _ in range(2 * e.L):
+        static_step(e, t, B, rng)
+    assert len(_prepared.calls) == 1
+    t["out"].set_(torch.zeros(B, e.HV, e.V))        # new memory under the same object
+    static_step(e, t, B, rng)
+    t["out"].resize_(B, e.HV * e.V)                 # a shape out may also have
+    static_step(e, t, B, rng)
+    t["out"].set_(torch.zeros(B, e.HV * e.V + 1))
+    with pytest.raises(ValueError, match=r"out has shape \[3, 33\]"):
+        static_step(e, t, B, rng)
+
+
+def test_torch_sees_calls_under_its_modes_and_profiler():
+    """A dispatch mode and the profiler see the op on every call, repeated
+    ones too: rssm skips the op only where nothing in torch would see it."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Seen(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    rng = np.random.default_rng(31)
+    e = Engine(rng)
+    B = 2
+    t = as_torch(e)
+    t.update(mixed=torch.zeros(B, 2 * e.H * e.K + e.HV * e.V), a=torch.zeros(B, e.HV), b=torch.zeros(B, e.HV),
+             out=torch.zeros(B, e.HV, e.V), idx=torch.tensor([1, 3], dtype=torch.int32),
+             write_pos=torch.zeros(B, dtype=torch.int32))
+    static_step(e, t, B, rng)
+    static_step(e, t, B, rng)                       # prepared now
+    with Seen() as seen:
+        static_step(e, t, B, rng)
+    assert "rssm.replayssm_decode.default" in seen.ops
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as prof:
+        static_step(e, t, B, rng)
+    assert any(ev.name == "rssm::replayssm_decode" for ev in prof.events())
 
 
 def test_torch_compile_fullgraph():
@@ -252,6 +353,56 @@ def test_cuda_graph_capture_and_replay():
         torch.cuda.synchronize()
         torch.testing.assert_close(static["out"], out_e, rtol=0, atol=0)
         assert torch.equal(cursor_g, cursor_e)
+    torch.testing.assert_close(tg["initial_state"], te["initial_state"], rtol=0, atol=0)
+
+
+@needs_cuda
+def test_capture_of_a_prepared_call():
+    """Every tensor static, so the call is prepared before the capture and
+    goes to C directly inside it: on the capture stream, so the graph holds
+    the launch; replays match eager steps bit for bit. (Warm-up calls append
+    ring entry 0 and flush nothing: the replays start from the same state.)"""
+    from rssm import _prepared
+
+    dev = torch.device("cuda")
+    eg, ee = Engine(np.random.default_rng(12), slots=4, L=4), Engine(np.random.default_rng(12), slots=4, L=4)
+    for e in eg, ee:
+        for r in e.d_cache, e.k_cache, e.g_cache:
+            r[...] = 0.0
+    tg = {n: x.to(dev) for n, x in as_torch(eg).items()}
+    te = {n: x.to(dev) for n, x in as_torch(ee).items()}
+    B = 3
+    static = dict(mixed=torch.zeros(B, 2 * 2 * 16 + 4 * 8, device=dev), a=torch.zeros(B, 4, device=dev),
+                  b=torch.zeros(B, 4, device=dev), idx=torch.tensor([2, 0, 3], dtype=torch.int32, device=dev),
+                  write_pos=torch.zeros(B, dtype=torch.int32, device=dev), out=torch.zeros(B, 4, 8, device=dev))
+
+    def layer(t, mixed, a, b, idx, write_pos, out):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed, a, b, t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"], t["k_cache"],
+            t["g_cache"], out, idx, write_pos)
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for _ in range(2):  # the second call is the prepared one
+            layer(tg, static["mixed"], static["a"], static["b"], static["idx"], static["write_pos"], static["out"])
+    torch.cuda.current_stream().wait_stream(s)
+    assert len(_prepared.calls) == 1
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        layer(tg, static["mixed"], static["a"], static["b"], static["idx"], static["write_pos"], static["out"])
+    cursor = np.zeros(4, np.int32)
+    for it in range(6):
+        mixed, a, b = (torch.from_numpy(x).to(dev) for x in eg.inputs(B))
+        write_pos = torch.from_numpy(cursor[[2, 0, 3]]).to(dev)
+        for n, x in (("mixed", mixed), ("a", a), ("b", b), ("write_pos", write_pos)):
+            static[n].copy_(x)
+        graph.replay()
+        out_e = torch.empty(B, 4, 8, device=dev)
+        layer(te, mixed, a, b, static["idx"].clone(), write_pos, out_e)
+        torch.cuda.synchronize()
+        torch.testing.assert_close(static["out"], out_e, rtol=0, atol=0)
+        cursor[[2, 0, 3]] = np.where(cursor[[2, 0, 3]] == 3, 0, cursor[[2, 0, 3]] + 1)
     torch.testing.assert_close(tg["initial_state"], te["initial_state"], rtol=0, atol=0)
 
 
