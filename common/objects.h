@@ -21,6 +21,21 @@ struct rssm_backend {
     atomic_uint refs;
 };
 
+/* A slot between rssm_batch_verify and rssm_pool_accept (docs/design.md
+ * §9): its draft tokens' ring entries are tentative, past write_pos. */
+typedef struct rssm_verify_state {
+    uint32_t drafts;    /* T; 0: the slot is not mid-verify */
+    uint32_t base;      /* write_pos when the window ran (after any fold) */
+    /* Tokens whose ring entry its dtype could not hold, in order: each ran
+     * again as a flush, so the checkpoint holds the window up to the last
+     * of them and the tokens after it start the ring afresh.
+     * before_cut[i] is the slot's bytes from just before cut i's flush: an
+     * accept that stops short of that token restores them. */
+    uint32_t cuts;
+    uint32_t cut_at[RSSM_MAX_DRAFT];
+    uint8_t *before_cut[RSSM_MAX_DRAFT];
+} rssm_verify_state;
+
 struct rssm_pool {
     rssm_backend *backend;
     rssm_model model;
@@ -33,6 +48,7 @@ struct rssm_pool {
     uint32_t *cycle_len;    /* [capacity] steps in the current ring cycle (L, or
                                shorter for a staggered slot's first cycle) */
     uint8_t *scratch;       /* one slot's bytes, for host-side slot work */
+    rssm_verify_state *verify; /* [capacity] */
     /* [capacity] the step checks' scratch (schedule.c): slot s is in the
      * rows being checked when slot_mark[s] == mark, which each check
      * advances, so a check allocates nothing and clears nothing. */
@@ -117,8 +133,19 @@ static inline void rssm_pool_unlock(struct rssm_pool *p)
         return st_;                                                                                 \
     } while (0)
 
-/* Shared argument checks; each sets err and returns its status. */
+/* Shared argument checks; each sets err and returns its status. A slot
+ * must be allocated; check_slot also refuses one that is mid-verify, for
+ * every operation but accept, free and the write_pos query. */
+rssm_status rssm_pool_check_allocated(const rssm_pool *p, uint32_t slot, rssm_error *err);
 rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err);
+/* The backend's copy of a slot's bytes into or from p->scratch (or `bytes`). */
+rssm_status rssm_pool_slot_read(rssm_pool *p, uint32_t slot, uint8_t *bytes, rssm_error *err);
+rssm_status rssm_pool_slot_write(rssm_pool *p, uint32_t slot, const uint8_t *bytes, rssm_error *err);
+/* Ends a slot's verify: frees what it held. */
+void rssm_pool_verify_clear(rssm_pool *p, uint32_t slot);
+/* Starts a check of one call's rows: slot s is among those checked so
+ * far when p->slot_mark[s] equals the returned mark (schedule.c). */
+uint32_t rssm_pool_marks_begin(rssm_pool *p);
 /* A step's plan the device can run: distinct allocated slots, write_pos
  * inside the ring, is_flush as write_pos and force say, and (committing)
  * each write_pos the slot's own. `who` starts the message. */
@@ -143,6 +170,13 @@ void rssm_slot_store(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *
  * log-decays <= 0. Otherwise 0, with what and where in `why`. */
 int rssm_slot_validate(const rssm_model *m, const rssm_slot_layout *lay, const uint8_t *slot_bytes,
                        uint32_t write_pos, char *why, size_t why_size);
+/* Folds the first `folded` ring entries into the checkpoint (the state
+ * after them, rounded to the state dtype) and moves the `kept` entries
+ * after them to the front of the ring: the slot then holds the same true
+ * state with write_pos `kept` (docs/design.md §9). `state` is scratch for
+ * [layers][HV][V][K] floats. */
+void rssm_slot_fold_prefix(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *slot_bytes, uint32_t folded,
+                           uint32_t kept, float *state);
 /* Zeroes the ring entries at and beyond write_pos, so exported bytes do not
  * depend on what uncommitted memory held. */
 void rssm_slot_clear_uncommitted(const rssm_model *m, const rssm_slot_layout *lay,

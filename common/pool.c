@@ -50,7 +50,8 @@ rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t 
     p->cycle_len = calloc(slots, sizeof *p->cycle_len);
     p->scratch = malloc(p->layout.slot_bytes);
     p->slot_mark = calloc(slots, sizeof *p->slot_mark);
-    if (!p->allocated || !p->write_pos || !p->cycle_len || !p->scratch || !p->slot_mark) {
+    p->verify = calloc(slots, sizeof *p->verify);
+    if (!p->allocated || !p->write_pos || !p->cycle_len || !p->scratch || !p->slot_mark || !p->verify) {
         rssm_pool_destroy(&p);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "pool: out of host memory for %u slots", slots);
     }
@@ -79,6 +80,9 @@ void rssm_pool_release(rssm_pool *p)
     free(p->cycle_len);
     free(p->slot_mark);
     free(p->scratch);
+    for (uint32_t s = 0; p->verify && s < p->capacity; s++)
+        rssm_pool_verify_clear(p, s);
+    free(p->verify);
     free(p);
 }
 
@@ -94,7 +98,7 @@ const rssm_model *rssm_pool_model(const rssm_pool *p) { return p ? &p->model : N
 uint32_t rssm_pool_capacity(const rssm_pool *p) { return p ? p->capacity : 0; }
 uint32_t rssm_pool_free_count(const rssm_pool *p) { return p ? p->free_count : 0; }
 
-rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err)
+rssm_status rssm_pool_check_allocated(const rssm_pool *p, uint32_t slot, rssm_error *err)
 {
     if (!p)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool must not be NULL");
@@ -104,6 +108,33 @@ rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *
     if (!p->allocated[slot])
         return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "slot %u is not allocated", slot);
     return RSSM_OK;
+}
+
+rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err)
+{
+    rssm_status st = rssm_pool_check_allocated(p, slot, err);
+    if (st == RSSM_OK && p->verify[slot].drafts)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "slot %u is mid-verify (%u draft tokens): rssm_pool_accept first", slot,
+                              p->verify[slot].drafts);
+    return st;
+}
+
+void rssm_pool_verify_clear(rssm_pool *p, uint32_t slot)
+{
+    for (uint32_t i = 0; i < p->verify[slot].cuts; i++)
+        free(p->verify[slot].before_cut[i]);
+    memset(&p->verify[slot], 0, sizeof p->verify[slot]);
+}
+
+rssm_status rssm_pool_slot_read(rssm_pool *p, uint32_t slot, uint8_t *bytes, rssm_error *err)
+{
+    return p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, bytes, err);
+}
+
+rssm_status rssm_pool_slot_write(rssm_pool *p, uint32_t slot, const uint8_t *bytes, rssm_error *err)
+{
+    return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, bytes, err);
 }
 
 static rssm_status slot_read(rssm_pool *p, uint32_t slot, rssm_error *err)
@@ -147,6 +178,7 @@ static rssm_status pool_free_unlocked(rssm_pool *p, uint32_t slot, rssm_error *e
         return rssm_set_error(err, RSSM_ERR_BAD_SLOT, "free: slot %u is not allocated (double free?)", slot);
     p->allocated[slot] = 0;
     p->write_pos[slot] = 0;
+    rssm_pool_verify_clear(p, slot);
     p->free_count++;
     return rssm_clear_error(err);
 }
@@ -155,7 +187,7 @@ static rssm_status pool_write_pos_unlocked(const rssm_pool *p, uint32_t slot, ui
 {
     if (!write_pos)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_pos must not be NULL");
-    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    rssm_status st = rssm_pool_check_allocated(p, slot, err);
     if (st != RSSM_OK)
         return st;
     *write_pos = p->write_pos[slot];

@@ -8,7 +8,7 @@
 
 /* Starts a check of one step's rows: a new mark (objects.h), so no slot is
  * marked yet. */
-static uint32_t marks_begin(rssm_pool *p)
+uint32_t rssm_pool_marks_begin(rssm_pool *p)
 {
     if (++p->mark == 0) { /* wrapped: old marks could match again */
         memset(p->slot_mark, 0, (size_t)p->capacity * sizeof *p->slot_mark);
@@ -38,7 +38,7 @@ static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: pool, slots, seq_len_after and plan must not be NULL");
     if (rows == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: rows must be > 0");
-    const uint32_t L = rssm_effective_ring_len(&p->model), mark = marks_begin(p);
+    const uint32_t L = rssm_effective_ring_len(&p->model), mark = rssm_pool_marks_begin(p);
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const uint32_t s = slots[r];
@@ -65,7 +65,7 @@ static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_
 rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
                             const char *who, rssm_error *err)
 {
-    const uint32_t L = rssm_effective_ring_len(&p->model), mark = marks_begin(p);
+    const uint32_t L = rssm_effective_ring_len(&p->model), mark = rssm_pool_marks_begin(p);
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const rssm_row_plan *row = &plan[r];

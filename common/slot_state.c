@@ -75,6 +75,37 @@ void rssm_slot_store(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *
     }
 }
 
+void rssm_slot_fold_prefix(const rssm_model *m, const rssm_slot_layout *lay, uint8_t *slot_bytes, uint32_t folded,
+                           uint32_t kept, float *state)
+{
+    const uint32_t cap = lay->ring_cap;
+    const size_t per_layer = (size_t)m->num_v_heads * m->head_v * m->head_k;
+    const size_t ring = rssm_dtype_size(m->ring_dtype);
+    const size_t gw = m->gate_kind == RSSM_GATE_KDA ? m->head_k : 1;
+    for (uint32_t l = 0; l < m->layers; l++) {
+        uint8_t *block = slot_bytes + l * lay->layer_bytes;
+        float *S = state + l * per_layer;
+        fold_layer(m, lay, block, folded, S);
+        for (size_t i = 0; i < per_layer; i++)
+            rssm_store(block, m->state_dtype, i, S[i]);
+        if (kept == 0 || folded == 0)
+            continue;
+        /* entries folded .. folded + kept - 1 become 0 .. kept - 1, per head */
+        const struct {
+            size_t offset, heads, entry_bytes;
+        } arrays[3] = {
+            {lay->ring_d_offset, m->num_v_heads, m->head_v * ring},
+            {lay->ring_k_offset, m->num_qk_heads, m->head_k * ring},
+            {lay->ring_g_offset, m->num_v_heads, gw * sizeof(float)},
+        };
+        for (int a = 0; a < 3; a++)
+            for (size_t h = 0; h < arrays[a].heads; h++) {
+                uint8_t *head = block + arrays[a].offset + h * cap * arrays[a].entry_bytes;
+                memmove(head, head + (size_t)folded * arrays[a].entry_bytes, (size_t)kept * arrays[a].entry_bytes);
+            }
+    }
+}
+
 void rssm_slot_clear_uncommitted(const rssm_model *m, const rssm_slot_layout *lay,
                                  uint8_t *slot_bytes, uint32_t write_pos)
 {

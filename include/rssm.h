@@ -351,6 +351,45 @@ rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_er
 rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
                                         rssm_error *err);
 
+/* --------------------------------------------- speculative decode: verify
+ *
+ * A verify step runs, per row, T draft tokens from the slot's current state
+ * and returns o_1 .. o_T, where o_t is what t single-token decodes from
+ * that state would output (the same kernels compute them, at ring
+ * positions n .. n + T - 1: T = 1 gives the bits of an unforced step). It
+ * writes no checkpoint: the tokens' ring entries are tentative, past the
+ * slot's write_pos n, and the slot is mid-verify until rssm_pool_accept
+ * commits the first k of them and discards the rest. A ring without room
+ * for the window (n + T > L - 1) is folded into its checkpoint first,
+ * which leaves the true state as it was. docs/design.md §9 has the rules
+ * and what a snapshot boundary inside the accepted tokens does. */
+
+/* The longest window a verify takes; a model's own limit is L - 1. */
+#define RSSM_MAX_DRAFT 16u
+
+/* `drafts[r]` tokens for row r, 1 .. min(RSSM_MAX_DRAFT, L - 1), on distinct
+ * allocated slots that are not mid-verify, with replay on (a packed model
+ * has no ring to hold tentative tokens: RSSM_ERR_UNSUPPORTED). The inputs
+ * are token-major, each token a step's arrays ([layers][rows][...], as
+ * rssm_step_inputs): token t's at t times one step's size, for
+ * t < T_max = max(drafts); a row's arrays past its own T are not read.
+ * `out` is [T_max][layers][rows][HV][V] in the io dtype, zero past a row's
+ * T. Needs rows <= the batch's max_rows, and the gate weights of RAW gate
+ * modes (rssm_batch_set_gate_params). */
+rssm_status rssm_batch_verify(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                              const rssm_step_inputs *in, void *out, rssm_error *err);
+
+/* Ends the verify of each row's slot: its first accepted[r] draft tokens
+ * (0 .. T) are committed, the rest discarded. seq_len_after[r] counts the
+ * accepted tokens (the sequence's length after the last of them). When a
+ * snapshot boundary (seq_len % snapshot_interval == 0, interval > 0) falls
+ * on an accepted token, the checkpoint becomes the state right after the
+ * last such token and the accepted tokens after it stay in the ring, so a
+ * prefix cache that snapshots there sees exactly that state. Every row is
+ * checked before any slot changes. */
+rssm_status rssm_pool_accept(rssm_pool *p, uint32_t rows, const uint32_t *slots, const uint32_t *accepted,
+                             const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_error *err);
+
 /* ------------------------------------------ one layer, on the caller's memory
  *
  * What an inference engine calls: one layer of one decode step on tensors

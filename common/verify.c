@@ -1,0 +1,299 @@
+/* Speculative-decode verify and accept on the whole-step API
+ * (docs/design.md §9), the same for every backend: a window of T draft
+ * tokens runs as T steps of the decode kernels at ring positions n .. n +
+ * T - 1, none of them a flush, so the tokens append tentative entries past
+ * write_pos and no checkpoint is written; the accept moves write_pos over
+ * the accepted ones and, for a snapshot boundary among them, folds the
+ * ring up to it. */
+#include "objects.h"
+#include "error.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Bytes of one token's block of each step array, and of its outputs. */
+typedef struct token_bytes {
+    size_t q, k, v, gate, beta, out;
+} token_bytes;
+
+static token_bytes token_bytes_of(const rssm_batch *b, uint32_t rows)
+{
+    rssm_io_sizes s;
+    rssm_io_sizes_init(&s, &b->params, rows);
+    const size_t L = b->params.layers;
+    return (token_bytes){L * s.q, L * s.k, L * s.v, L * s.gate, L * s.beta, L * s.out};
+}
+
+/* The ring position of window token x of a slot, counted from where the
+ * ring starts after the last of its first `cuts` cuts (or from the
+ * window's base when there are none). */
+static uint32_t token_pos(const rssm_verify_state *v, uint32_t cuts, uint32_t x)
+{
+    return cuts == 0 ? v->base + x : x - v->cut_at[cuts - 1] - 1;
+}
+
+static rssm_status check_verify(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                                const rssm_step_inputs *in, const void *out, uint32_t *t_max, rssm_error *err)
+{
+    if (!b || !slots || !drafts || !in || !in->q || !in->k || !in->v || !in->gate || !in->beta || !out)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "verify: batch, slots, drafts, out and every input array must be given");
+    rssm_pool *p = b->pool;
+    const uint32_t cap = p->layout.ring_cap;
+    if (cap == 0)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "verify: the model has no ring (replay off, or L = 1) to hold draft tokens");
+    if (rows == 0 || rows > b->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "verify: rows = %u: must be in 1..%u", rows,
+                              b->max_rows);
+    const rssm_model *m = &p->model;
+    if (m->gate_mode != RSSM_GATE_PRECOMPUTED)
+        for (uint32_t l = 0; l < m->layers; l++)
+            if (!b->gate_params_set[l])
+                return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                      "verify: %s gates need A_log and dt_bias; layer %u has none "
+                                      "(rssm_batch_set_gate_params)",
+                                      rssm_gate_mode_name(m->gate_mode), l);
+    const uint32_t most = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, mark = rssm_pool_marks_begin(p);
+    *t_max = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint32_t s = slots[r];
+        rssm_status st = rssm_pool_check_slot(p, s, err);
+        if (st != RSSM_OK)
+            return st;
+        if (p->slot_mark[s] == mark)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "verify: slot %u appears twice in the batch", s);
+        p->slot_mark[s] = mark;
+        if (drafts[r] == 0 || drafts[r] > most)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "verify: row %u has %u draft tokens: must be in 1..%u (L - 1, at most "
+                                  "RSSM_MAX_DRAFT)",
+                                  r, drafts[r], most);
+        if (drafts[r] > *t_max)
+            *t_max = drafts[r];
+    }
+    return RSSM_OK;
+}
+
+/* Runs window token t of the rows that have one. A row whose entry its
+ * ring dtype cannot hold runs again as a flush, after its bytes are kept
+ * for an accept that stops before it (docs/design.md §2, §9). */
+static rssm_status run_token(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                             uint32_t t, rssm_error *err)
+{
+    rssm_pool *p = b->pool;
+    rssm_backend *be = p->backend;
+    uint32_t active = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const rssm_verify_state *v = &p->verify[slots[r]];
+        if (drafts[r] > t)
+            b->header[active++] =
+                (rssm_row_header){.slot = slots[r], .write_pos = token_pos(v, v->cuts, t), .force = 0, .io = r};
+    }
+    rssm_status st = be->ops->batch_run(be->ctx, b->dev, active, b->header, b->overflow, err);
+    if (st != RSSM_OK)
+        return st;
+    b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
+    uint32_t again = 0;
+    for (uint32_t i = 0; i < active; i++) {
+        if (!b->overflow[i])
+            continue;
+        const uint32_t s = b->header[i].slot;
+        rssm_verify_state *v = &p->verify[s];
+        uint8_t *bytes = malloc(p->layout.slot_bytes);
+        if (!bytes)
+            return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
+        if ((st = rssm_pool_slot_read(p, s, bytes, err)) != RSSM_OK) {
+            free(bytes);
+            return st;
+        }
+        v->before_cut[v->cuts] = bytes;
+        v->cut_at[v->cuts++] = t;
+        b->rerun_header[again] = b->header[i];
+        b->rerun_header[again++].force = 1;
+    }
+    if (again == 0)
+        return RSSM_OK;
+    if ((st = be->ops->batch_run(be->ctx, b->dev, again, b->rerun_header, b->overflow, err)) != RSSM_OK)
+        return st;
+    b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
+    for (uint32_t i = 0; i < again; i++)
+        if (b->overflow[i]) /* a flush appends nothing: this would be a kernel bug */
+            return rssm_set_error(err, RSSM_ERR_DEVICE, "verify: slot %u overflowed its ring in a flush",
+                                  b->rerun_header[i].slot);
+    return RSSM_OK;
+}
+
+/* Puts a failed window's slots back as they were before it: the
+ * checkpoint from before any cut (the tentative entries past write_pos
+ * are never read). */
+static void undo(rssm_pool *p, uint32_t rows, const uint32_t *slots)
+{
+    for (uint32_t r = 0; r < rows; r++) {
+        rssm_verify_state *v = &p->verify[slots[r]];
+        if (v->cuts > 0)
+            rssm_pool_slot_write(p, slots[r], v->before_cut[0], NULL);
+        rssm_pool_verify_clear(p, slots[r]);
+    }
+}
+
+static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                                   const rssm_step_inputs *in, void *out, rssm_error *err)
+{
+    uint32_t t_max = 0;
+    rssm_status st = check_verify(b, rows, slots, drafts, in, out, &t_max, err);
+    if (st != RSSM_OK)
+        return st;
+    rssm_pool *p = b->pool;
+    rssm_backend *be = p->backend;
+    const uint32_t cap = p->layout.ring_cap;
+    /* A ring without room for the window is folded first: the true state
+     * stays, and the window starts an empty ring. */
+    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++)
+        if (p->write_pos[slots[r]] + drafts[r] > cap)
+            st = rssm_pool_materialise(p, slots[r], err);
+    if (st != RSSM_OK)
+        return st;
+    for (uint32_t r = 0; r < rows; r++)
+        p->verify[slots[r]] = (rssm_verify_state){.drafts = drafts[r], .base = p->write_pos[slots[r]]};
+    const token_bytes tb = token_bytes_of(b, rows);
+    const size_t row_out = tb.out / b->params.layers / rows;
+    b->uploaded_rows = b->run_rows = 0;
+    b->last_seconds = 0.0;
+    for (uint32_t t = 0; t < t_max && st == RSSM_OK; t++) {
+        const rssm_step_inputs token = {
+            .q = (const uint8_t *)in->q + t * tb.q,
+            .k = (const uint8_t *)in->k + t * tb.k,
+            .v = (const uint8_t *)in->v + t * tb.v,
+            .gate = (const float *)(const void *)((const uint8_t *)in->gate + t * tb.gate),
+            .beta = (const float *)(const void *)((const uint8_t *)in->beta + t * tb.beta),
+        };
+        uint8_t *o = (uint8_t *)out + t * tb.out;
+        if ((st = be->ops->batch_upload(be->ctx, b->dev, rows, &token, err)) != RSSM_OK ||
+            (st = run_token(b, rows, slots, drafts, t, err)) != RSSM_OK ||
+            (st = be->ops->batch_download(be->ctx, b->dev, rows, o, err)) != RSSM_OK)
+            break;
+        for (uint32_t l = 0; l < b->params.layers; l++)
+            for (uint32_t r = 0; r < rows; r++)
+                if (drafts[r] <= t)
+                    memset(o + ((size_t)l * rows + r) * row_out, 0, row_out);
+    }
+    if (st != RSSM_OK) {
+        undo(p, rows, slots);
+        return st;
+    }
+    b->uploaded_rows = b->run_rows = rows;
+    return rssm_clear_error(err);
+}
+
+/* What accepting k tokens of slot s's window does: which of its cuts are
+ * accepted, the ring entries the image after them holds, and how many of
+ * those a snapshot boundary among the accepted tokens folds. */
+typedef struct accept_plan {
+    uint32_t cuts;   /* accepted cuts: the image is the one before cut `cuts`, or the slot's own */
+    uint32_t held;   /* valid ring entries in that image */
+    uint32_t folded; /* of them, folded into the checkpoint */
+} accept_plan;
+
+static rssm_status plan_accept(const rssm_pool *p, uint32_t s, uint32_t k, uint64_t seq_len_after,
+                               uint32_t interval, accept_plan *a, rssm_error *err)
+{
+    const rssm_verify_state *v = &p->verify[s];
+    if (k > v->drafts)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: slot %u: %u accepted of %u draft tokens", s,
+                              k, v->drafts);
+    if (seq_len_after < k)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "accept: slot %u: seq_len_after %llu counts fewer than its %u accepted tokens", s,
+                              (unsigned long long)seq_len_after, k);
+    a->cuts = 0;
+    while (a->cuts < v->cuts && v->cut_at[a->cuts] < k)
+        a->cuts++;
+    a->held = token_pos(v, a->cuts, k);
+    a->folded = 0;
+    /* The last accepted token on a boundary: j tokens in, the state after
+     * them is the checkpoint a snapshot there must see. */
+    const uint64_t before = seq_len_after - k;
+    const uint64_t last = interval ? seq_len_after - seq_len_after % interval : 0;
+    if (interval == 0 || last <= before)
+        return RSSM_OK;
+    const uint32_t j = (uint32_t)(last - before);
+    if (a->cuts > 0 && j <= v->cut_at[a->cuts - 1])
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              "accept: slot %u: the snapshot boundary after draft token %u precedes token %u, whose "
+                              "ring entry its dtype could not hold; accept at most %u tokens here",
+                              s, j, v->cut_at[a->cuts - 1] + 1, v->cut_at[a->cuts - 1]);
+    a->folded = token_pos(v, a->cuts, j);
+    return RSSM_OK;
+}
+
+static rssm_status accept_unlocked(rssm_pool *p, uint32_t rows, const uint32_t *slots, const uint32_t *accepted,
+                                   const uint64_t *seq_len_after, uint32_t interval, rssm_error *err)
+{
+    if (!p || !slots || !accepted || !seq_len_after)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "accept: pool, slots, accepted and seq_len_after must not be NULL");
+    if (rows == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: rows must be > 0");
+    const uint32_t mark = rssm_pool_marks_begin(p);
+    int folds = 0;
+    for (uint32_t r = 0; r < rows; r++) {
+        const uint32_t s = slots[r];
+        rssm_status st = rssm_pool_check_allocated(p, s, err);
+        if (st != RSSM_OK)
+            return st;
+        if (p->slot_mark[s] == mark)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: slot %u appears twice", s);
+        p->slot_mark[s] = mark;
+        if (p->verify[s].drafts == 0)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: slot %u is not mid-verify", s);
+        accept_plan a = {0, 0, 0};
+        if ((st = plan_accept(p, s, accepted[r], seq_len_after[r], interval, &a, err)) != RSSM_OK)
+            return st;
+        folds |= a.folded > 0;
+    }
+    const rssm_model *m = &p->model;
+    float *state = NULL;
+    if (folds && !(state = malloc((size_t)m->layers * m->num_v_heads * m->head_v * m->head_k * sizeof *state)))
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "accept: out of host memory");
+    rssm_status st = RSSM_OK;
+    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
+        const uint32_t s = slots[r];
+        const rssm_verify_state *v = &p->verify[s];
+        accept_plan a = {0, 0, 0}; /* checked above: it succeeds */
+        plan_accept(p, s, accepted[r], seq_len_after[r], interval, &a, NULL);
+        const uint8_t *image = a.cuts < v->cuts ? v->before_cut[a.cuts] : NULL;
+        if (a.folded > 0) {
+            if (image)
+                memcpy(p->scratch, image, p->layout.slot_bytes);
+            else
+                st = rssm_pool_slot_read(p, s, p->scratch, err);
+            if (st == RSSM_OK) {
+                rssm_slot_fold_prefix(m, &p->layout, p->scratch, a.folded, a.held - a.folded, state);
+                st = rssm_pool_slot_write(p, s, p->scratch, err);
+            }
+            /* a fold ends a ring cycle as a flush does */
+            p->cycle_len[s] = rssm_effective_ring_len(m);
+        } else if (image) {
+            st = rssm_pool_slot_write(p, s, image, err);
+        }
+        if (st != RSSM_OK)
+            break;
+        p->write_pos[s] = a.held - a.folded;
+        rssm_pool_verify_clear(p, s);
+    }
+    free(state);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
+}
+
+rssm_status rssm_batch_verify(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                              const rssm_step_inputs *in, void *out, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(b ? b->pool : NULL, verify_unlocked(b, rows, slots, drafts, in, out, err));
+}
+
+rssm_status rssm_pool_accept(rssm_pool *p, uint32_t rows, const uint32_t *slots, const uint32_t *accepted,
+                             const uint64_t *seq_len_after, uint32_t snapshot_interval, rssm_error *err)
+{
+    RSSM_POOL_LOCKED(p, accept_unlocked(p, rows, slots, accepted, seq_len_after, snapshot_interval, err));
+}
