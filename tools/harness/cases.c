@@ -12,6 +12,7 @@
  *   L1-equals-packed(-bf16)                       L = 1 replay == packed, bit for bit
  *   long-4096                                     4096 steps, error does not grow
  *   fp16-ring-overflow                            ring entries beyond fp16's range
+ *   verify-T8, verify-T7-L8, verify-T4-fp16-ring  speculative-decode windows (docs/design.md §9)
  *   shape-...                                     odd head sizes (K = 36, V = 20; K = 64, V = 48),
  *                                                 L = 17 / 18, V = 256, 48 rows
  *   packed/...                                    the packed decode itself
@@ -45,7 +46,7 @@ double rh_backend_tolerance(const rssm_backend *b, const rssm_model *m, double t
     return tol > unit ? tol : unit;
 }
 
-#define MAX_CASES 64
+#define MAX_CASES 80
 
 /* The template every case starts from: the preset's shape with few layers,
  * fp32 everywhere (so the tightest tolerance applies unless a case is about
@@ -86,6 +87,8 @@ static void finish_case(rh_case *c, const rh_case_options *o)
     if (steps < 12)
         steps = 12;
     c->steps = o->steps ? o->steps : steps;
+    if (c->verify) /* rounds of a window and a step: at least four */
+        c->steps = o->steps > 4 * (c->verify + 1) ? o->steps : 8 * (c->verify + 1);
     if (c->event != RH_EVENT_NONE) {
         /* Mid-ring of the second cycle, then (MIGRATE) back mid-ring of the third. */
         c->event_step = L + L / 2 - 1;
@@ -211,6 +214,23 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
         c.v_scale_row = 1;
         c.v_scale_from = 20;
         ADD("fp16-ring-overflow", "replay");
+        /* Speculative-decode verify (docs/design.md §9): windows of up to 8
+         * draft tokens with snapshot boundaries among the accepted ones (and
+         * forced flushes in the steps between); windows of up to L - 1 on an
+         * L = 8 ring, which they often have to fold first; an fp16 ring. */
+        c = base_case(p, 1, 16, &o);
+        c.verify = 8;
+        c.snapshot_interval = 7;
+        c.expect = RH_EXPECT_BOUNDARY;
+        ADD("verify-T8", "replay");
+        c = base_case(p, 1, 8, &o);
+        c.verify = 7;
+        c.expect = RH_EXPECT_FOLD;
+        ADD("verify-T7-L8", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.verify = 4;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        ADD("verify-T4-fp16-ring", "replay");
         /* Shapes at the edges of the device kernels' tilings: partial
          * channel groups and row tiles (K = 36, V = 20, H != HV), a narrow
          * KDA head, the longest ring a stream kernel takes (L = 17) and one

@@ -3,6 +3,7 @@
 #define _POSIX_C_SOURCE 200809L
 
 #include "conform.h"
+#include "conform_internal.h"
 
 #include "dtype.h"
 #include "error.h"
@@ -78,17 +79,7 @@ static double now_seconds(void)
 
 /* ------------------------------------------------------------ step inputs */
 
-/* One step's inputs for `rows` rows, in the layout and dtypes the library
- * takes: [layers][rows][...], q/k/v in the io dtype. */
-typedef struct step_buf {
-    void *q, *k, *v;
-    float *gate, *beta;
-    uint32_t *slots;
-    uint64_t *lens;
-    rssm_step_inputs in;
-} step_buf;
-
-static void step_buf_free(step_buf *s)
+void step_buf_free(step_buf *s)
 {
     free(s->q);
     free(s->k);
@@ -100,7 +91,7 @@ static void step_buf_free(step_buf *s)
     memset(s, 0, sizeof *s);
 }
 
-static int step_buf_alloc(step_buf *s, const rh_trace *t)
+int step_buf_alloc(step_buf *s, const rh_trace *t)
 {
     size_t io = rssm_dtype_size(t->model.io_dtype);
     memset(s, 0, sizeof *s);
@@ -129,9 +120,7 @@ static void gather(void *dst, rssm_dtype dt, const float *src, uint32_t layers, 
             rssm_store(dst, dt, (size_t)l * rows * w + i, src[(size_t)l * B * w + i]);
 }
 
-/* Fills the buffers for step `step`; returns the active row count. The
- * trace's slot ids are mapped through slot_of (NULL: identity). */
-static uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, const uint32_t *slot_of)
+uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, const uint32_t *slot_of)
 {
     const rssm_model *m = &t->model;
     const uint32_t rows = rh_trace_rows(t, step), L = m->layers, B = t->batch;
@@ -155,6 +144,8 @@ static uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, con
 
 static rssm_status run_oracle(rh_prepared *p, rssm_error *err)
 {
+    if (p->c.verify)
+        return rh_verify_oracle(p, err);
     const rh_trace *t = &p->trace;
     const rssm_model *m = &t->model;
     const size_t per_out = rh_trace_v_per_step(t), per_state = rh_trace_state_per_slot(t);
@@ -262,15 +253,7 @@ rssm_status rh_prepare_trace(rh_trace *trace, const char *name, rh_prepared *p, 
 
 /* ------------------------------------------------------------ backend run */
 
-/* A pool and a batch of the case's model on one backend, with the trace's
- * slots allocated: trace slot i is pool slot slot_of[i]. */
-typedef struct engine {
-    rssm_pool *pool;
-    rssm_batch *batch;
-    uint32_t *slot_of;
-} engine;
-
-static void engine_close(engine *e)
+void engine_close(engine *e)
 {
     rssm_batch_destroy(&e->batch);
     rssm_pool_destroy(&e->pool);
@@ -278,8 +261,8 @@ static void engine_close(engine *e)
     e->slot_of = NULL;
 }
 
-static rssm_status engine_open(engine *e, rssm_backend *b, const rh_trace *t, const rssm_model *m,
-                               rssm_flush_policy policy, int write_init, rssm_error *err)
+rssm_status engine_open(engine *e, rssm_backend *b, const rh_trace *t, const rssm_model *m,
+                        rssm_flush_policy policy, int write_init, rssm_error *err)
 {
     memset(e, 0, sizeof *e);
     rssm_status st = rssm_pool_create(b, m, t->slots, policy, &e->pool, err);
@@ -336,7 +319,7 @@ static rssm_status migrate(engine *from, engine *to, uint32_t slots, rssm_error 
     return st;
 }
 
-static int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad)
+int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad)
 {
     for (size_t i = 0; i < n; i++)
         if (!isfinite(rssm_load(out, dt, i))) {
@@ -356,6 +339,8 @@ static rssm_status run_backend(const rh_prepared *p, const rssm_model *m, rssm_b
 {
     const rh_trace *t = &p->trace;
     const rh_case *c = &p->c;
+    if (c->verify)
+        return rh_verify_run(p, m, b, outs, states, cov, err);
     const size_t per_out = rh_trace_v_per_step(t), w = (size_t)m->num_v_heads * m->head_v;
     const size_t io = rssm_dtype_size(m->io_dtype);
     engine main_e, alt_e = {0};
@@ -492,11 +477,14 @@ rh_verdict rh_run_case(const rh_prepared *p, rssm_backend *b, rssm_backend *othe
     const char *missing = (c->expect & RH_EXPECT_MIXED) && r->mixed_steps == 0 ? "rows at different ring positions"
                           : (c->expect & RH_EXPECT_FORCED) && r->forced == 0 ? "a forced mid-ring flush"
                           : (c->expect & RH_EXPECT_MIDRING_EVENT) && r->event_pos == 0 ? "a non-empty ring at the event"
-                                                                                       : NULL;
+                          : (c->expect & RH_EXPECT_FOLD) && r->folds == 0 ? "a verify window that folded its ring"
+                          : (c->expect & RH_EXPECT_BOUNDARY) && r->boundaries == 0
+                              ? "a snapshot boundary among accepted draft tokens"
+                              : NULL;
     if (missing) {
         snprintf(r->note, sizeof r->note, "case setup: the run never had %s (too few --steps?)", missing);
         r->verdict = RH_FAIL;
-    } else if (r->verdict == RH_PASS && c->expect) {
+    } else if (r->verdict == RH_PASS && c->expect && !c->verify) {
         snprintf(r->note, sizeof r->note, "mixed positions on %u steps, %u flushes (%u forced)%s", r->mixed_steps,
                  r->flushes, r->forced, c->event ? ", event mid-ring" : "");
     }

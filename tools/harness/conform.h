@@ -43,6 +43,10 @@ typedef struct rh_case {
     uint32_t event_step;    /* before this step */
     uint32_t event_end;     /* MIGRATE: moved back before this step */
     rh_check check;
+    /* > 0: a verify case (docs/design.md §9): the steps are rounds of a
+     * window of up to this many draft tokens and one ordinary step
+     * (tools/harness/conform_verify.c). */
+    uint32_t verify;
     /* != 0: row v_scale_row's v times this from step v_scale_from on. */
     float v_scale;
     uint32_t v_scale_row, v_scale_from;
@@ -55,6 +59,8 @@ typedef struct rh_case {
 #define RH_EXPECT_MIXED 1u         /* one step with rows at different ring positions */
 #define RH_EXPECT_FORCED 2u        /* a flush forced by the snapshot interval mid-ring */
 #define RH_EXPECT_MIDRING_EVENT 4u /* the event finds slot 0's ring non-empty */
+#define RH_EXPECT_FOLD 8u          /* a verify window that had to fold its ring first */
+#define RH_EXPECT_BOUNDARY 16u     /* a snapshot boundary among a window's accepted tokens */
 
 typedef struct rh_case_options {
     uint32_t layers;        /* 0: 2 */
@@ -95,6 +101,8 @@ typedef struct rh_result {
     uint32_t flushes;       /* row-steps that flushed */
     uint32_t forced;        /* of those, forced before the ring was full */
     uint32_t event_pos;     /* slot 0's write_pos when the event ran */
+    uint32_t folds;         /* verify windows that folded their ring first */
+    uint32_t boundaries;    /* snapshot boundaries among accepted draft tokens */
     char note[320];     /* the reason for FAIL / SKIP, or extra facts */
 } rh_result;
 
