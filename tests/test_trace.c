@@ -475,6 +475,77 @@ static void test_trace_values(void **state)
     remove_dir(dir);
 }
 
+/* A speculative-decode trace (drafts.npy, accepted.npy): saved, loaded and
+ * replayed as generated, and the engine-step rules of docs/trace-format.md
+ * refused with the file named. */
+static void test_verify_trace(void **state)
+{
+    (void)state;
+    rh_case c = small_case(RSSM_GATE_GDN, RSSM_GATE_PRECOMPUTED);
+    c.admit_every = 0;
+    c.verify = 3; /* L - 1 of the small case */
+    c.steps = 6 * (c.verify + 1);
+    c.snapshot_interval = 5;
+    rh_prepared p, q;
+    rssm_error err;
+    assert_int_equal(rh_prepare_case(&c, 11, &p, &err), RSSM_OK);
+    assert_int_equal(p.trace.windows, 12);
+    char dir[256], path[512];
+    make_temp_dir(dir, sizeof dir, "verify");
+    assert_int_equal(rh_trace_save(&p.trace, dir, NULL, &err), RSSM_OK);
+    rh_trace t;
+    if (rh_trace_load(dir, &t, &err) != RSSM_OK)
+        fail_msg("load: %s", err.message);
+    same_trace(&p.trace, &t);
+    const uint64_t E = t.windows, B = t.batch, es[2] = {E, B};
+    assert_memory_equal(t.drafts, p.trace.drafts, E * B * sizeof(int32_t));
+    assert_memory_equal(t.accepted, p.trace.accepted, E * B * sizeof(int32_t));
+    assert_int_equal(rh_prepare_trace(&t, "loaded", &q, &err), RSSM_OK);
+    const size_t n_out = (size_t)p.trace.steps * rh_trace_v_per_step(&p.trace);
+    assert_memory_equal(q.ref_out, p.ref_out, n_out * sizeof(double));
+    rssm_backend *cpu = NULL;
+    assert_int_equal(rssm_backend_create("cpu", &cpu, &err), RSSM_OK);
+    rh_result r;
+    if (rh_run_case(&q, cpu, NULL, &r, NULL) != RH_PASS)
+        fail_msg("the loaded speculative-decode trace: %s", r.note);
+    rssm_backend_destroy(&cpu);
+
+    int32_t *d = malloc(E * B * sizeof *d), *a = malloc(E * B * sizeof *a);
+    assert_true(d && a);
+    rh_trace u;
+    /* more accepted than drafted */
+    memcpy(d, p.trace.drafts, E * B * sizeof *d);
+    memcpy(a, p.trace.accepted, E * B * sizeof *a);
+    a[0] = d[0] + 1;
+    snprintf(path, sizeof path, "%s/accepted.npy", dir);
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, es, a, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "accepted.npy"));
+    a[0] = 0;
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, es, a, &err), RSSM_OK);
+    /* a window step with an ordinary row in it */
+    snprintf(path, sizeof path, "%s/drafts.npy", dir);
+    d[1] = 0;
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, es, d, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "drafts.npy"));
+    /* engine steps that do not add up to the trace's steps */
+    memcpy(d, p.trace.drafts, E * B * sizeof *d);
+    for (uint64_t r = 0; r < B; r++)
+        d[r] = 1; /* the first window one token wide: the rest starts early */
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 2, es, d, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    /* drafts.npy without accepted.npy */
+    snprintf(path, sizeof path, "%s/accepted.npy", dir);
+    assert_int_equal(remove(path), 0);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_IO);
+    free(d);
+    free(a);
+    rh_prepared_free(&p);
+    rh_prepared_free(&q);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -484,6 +555,7 @@ int main(void)
         cmocka_unit_test(test_dump_load_replay),
         cmocka_unit_test(test_trace_rejects_mismatch),
         cmocka_unit_test(test_trace_values),
+        cmocka_unit_test(test_verify_trace),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -144,7 +144,7 @@ uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, const uint
 
 static rssm_status run_oracle(rh_prepared *p, rssm_error *err)
 {
-    if (p->c.verify)
+    if (p->trace.drafts)
         return rh_verify_oracle(p, err);
     const rh_trace *t = &p->trace;
     const rssm_model *m = &t->model;
@@ -225,6 +225,7 @@ rssm_status rh_prepare_case(const rh_case *c, uint64_t seed, rh_prepared *p, rss
         .v_scale = c->v_scale,
         .v_scale_row = c->v_scale_row,
         .v_scale_from = c->v_scale_from,
+        .verify = c->verify,
     };
     rssm_status st = rh_trace_generate(&spec, &p->trace, err);
     if (st == RSSM_OK)
@@ -339,7 +340,7 @@ static rssm_status run_backend(const rh_prepared *p, const rssm_model *m, rssm_b
 {
     const rh_trace *t = &p->trace;
     const rh_case *c = &p->c;
-    if (c->verify)
+    if (t->drafts)
         return rh_verify_run(p, m, b, outs, states, cov, err);
     const size_t per_out = rh_trace_v_per_step(t), w = (size_t)m->num_v_heads * m->head_v;
     const size_t io = rssm_dtype_size(m->io_dtype);

@@ -40,10 +40,10 @@ void engine_close(engine *e);
  * first such index in *first_bad. */
 int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad);
 
-/* A verify case (rh_case.verify > 0, conform_verify.c): the oracle's
- * outputs and final states for its windows, and its run on a backend, in
- * the shapes of a trace case's (outputs [T][layers][B][HV][V], zero for a
- * row past its window's draft tokens). */
+/* A speculative-decode trace (rh_trace.drafts, conform_verify.c): the
+ * oracle's outputs and final states for its engine steps, and its run on
+ * a backend, in the shapes of any trace's (outputs [T][layers][B][HV][V],
+ * zero for a row past its window's draft tokens). */
 rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err);
 rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backend *b, float *outs, float *states,
                           rh_result *cov, rssm_error *err);

@@ -1,13 +1,12 @@
-/* Verify cases (docs/design.md §9): the trace's steps taken as rounds of a
- * window of W draft tokens (steps s .. s + W - 1 of the round) and one
- * ordinary step (s + W). Row r of round w verifies drafts(w, r) of the
- * window's tokens and accepts accepted(w, r) of them, so the rows of one
- * window differ in T, in k (every k from 0 to T comes round) and, after
- * unequal accepts, in ring position. The oracle gives each draft token the
- * output of that many decodes from the row's state, and advances the state
- * by the accepted tokens alone; the outputs sit at the trace step of their
- * token, zero past a row's window, so a verify case is compared exactly as
- * a trace case is. */
+/* Speculative-decode traces (docs/design.md §9, docs/trace-format.md):
+ * each engine step is, per row, a window of draft tokens that is verified
+ * and then accepted in part (rssm_batch_verify, rssm_pool_accept), or one
+ * ordinary decode (rssm_batch_step). The oracle gives each draft token the
+ * output of that many decodes from the row's state and advances the state
+ * by the accepted tokens alone; a token's outputs sit at its trace step,
+ * zero past a row's window, so such a trace is compared exactly as any
+ * other. The generated cases (rh_trace_spec.verify) alternate windows, in
+ * which the rows differ in T, k and ring position, with ordinary steps. */
 #include "conform_internal.h"
 
 #include "dtype.h"
@@ -19,19 +18,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* Draft and accepted tokens of row r in round w, for windows of W. */
-static uint32_t drafts_of(uint32_t W, uint32_t w, uint32_t r)
-{
-    const uint32_t pattern[4] = {1, 2, W / 2 ? W / 2 : 1, W};
-    return pattern[(w + r) % 4];
-}
+static int32_t drafts_of(const rh_trace *t, uint32_t e, uint32_t r) { return t->drafts[(size_t)e * t->batch + r]; }
 
-static uint32_t accepted_of(uint32_t W, uint32_t w, uint32_t r)
+static int32_t accepted_of(const rh_trace *t, uint32_t e, uint32_t r)
 {
-    return (r + 3 * w) % (drafts_of(W, w, r) + 1);
+    return t->accepted[(size_t)e * t->batch + r];
 }
-
-static uint32_t rounds_of(const rh_trace *t, uint32_t W) { return t->steps / (W + 1); }
 
 /* Row r of a step's buffers as a one-row step: [layers][1][...]. */
 static void row_of(step_buf *one, const step_buf *all, const rssm_model *m, uint32_t rows, uint32_t r)
@@ -61,11 +53,14 @@ static void put_ref(rh_prepared *p, uint32_t step, const double *out, uint32_t r
                rows * w * sizeof(double));
 }
 
+/* Whether engine step e verifies windows (else every row decodes once). */
+static int is_window(const rh_trace *t, uint32_t e) { return drafts_of(t, e, 0) > 0; }
+
 rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err)
 {
     const rh_trace *t = &p->trace;
     const rssm_model *m = &t->model;
-    const uint32_t W = p->c.verify, B = t->batch, S = t->slots;
+    const uint32_t S = t->slots;
     const size_t per_out = rh_trace_v_per_step(t), per_state = rh_trace_state_per_slot(t);
     p->ref_out = calloc((size_t)t->steps * per_out, sizeof(double));
     p->ref_state = calloc((size_t)S * per_state, sizeof(double));
@@ -89,11 +84,16 @@ rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err)
             st = rssm_oracle_set_gate_params(o, l, t->A_log + (size_t)l * m->num_v_heads,
                                              t->dt_bias + (size_t)l * m->num_v_heads * gw, err);
     }
-    for (uint32_t w = 0; w < rounds_of(t, W) && st == RSSM_OK; w++) {
-        const uint32_t s0 = w * (W + 1);
-        for (uint32_t r = 0; r < B && st == RSSM_OK; r++) {
-            const uint32_t slot = (uint32_t)t->slot_ids[(size_t)s0 * B + r], spare = S + slot;
-            const uint32_t T = drafts_of(W, w, r), k = accepted_of(W, w, r);
+    for (uint32_t e = 0, s0 = 0; e < t->windows && st == RSSM_OK; s0 += rh_trace_window_width(t, e), e++) {
+        if (!is_window(t, e)) {
+            const uint32_t rows = step_buf_fill(&s, t, s0, NULL);
+            if ((st = rssm_oracle_step(o, rows, s.slots, &s.in, out, err)) == RSSM_OK)
+                put_ref(p, s0, out, rows, UINT32_MAX);
+            continue;
+        }
+        for (uint32_t r = 0; r < rh_trace_rows(t, s0) && st == RSSM_OK; r++) {
+            const uint32_t slot = (uint32_t)t->slot_ids[(size_t)s0 * t->batch + r], spare = S + slot;
+            const uint32_t T = (uint32_t)drafts_of(t, e, r), k = (uint32_t)accepted_of(t, e, r);
             st = rssm_oracle_copy(o, slot, spare, err);
             /* each draft token from the state the ones before it left ... */
             for (uint32_t x = 0; x < T && st == RSSM_OK; x++) {
@@ -109,11 +109,6 @@ rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err)
                 st = rssm_oracle_step(o, 1, &slot, &one.in, out, err);
             }
         }
-        if (st != RSSM_OK)
-            break;
-        const uint32_t rows = step_buf_fill(&s, t, s0 + W, NULL);
-        if ((st = rssm_oracle_step(o, rows, s.slots, &s.in, out, err)) == RSSM_OK)
-            put_ref(p, s0 + W, out, rows, UINT32_MAX);
     }
     for (uint32_t i = 0; i < S && st == RSSM_OK; i++)
         st = rssm_oracle_get_state(o, i, p->ref_state + i * per_state, err);
@@ -144,96 +139,94 @@ rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backen
                           rh_result *cov, rssm_error *err)
 {
     const rh_trace *t = &p->trace;
-    const uint32_t W = p->c.verify, B = t->batch;
+    const uint32_t B = t->batch, W = RSSM_MAX_DRAFT;
     const size_t io = rssm_dtype_size(m->io_dtype), per_out = rh_trace_v_per_step(t);
-    /* One step's bytes of each array for B rows, and W of them token-major,
-     * as rssm_batch_verify takes them. */
+    /* One step's bytes of each array for B rows (a window's rows use the
+     * first part), and W of them token-major, as rssm_batch_verify takes
+     * them. */
     const size_t qk = rh_trace_qk_per_step(t) * io, v = per_out * io;
     const size_t g = rh_trace_gate_per_step(t) * sizeof(float), be = rh_trace_beta_per_step(t) * sizeof(float);
     uint8_t *q = malloc(W * qk), *k = malloc(W * qk), *vv = malloc(W * v), *gate = malloc(W * g);
     uint8_t *beta = malloc(W * be), *out = malloc(W * v);
     uint32_t *slots = malloc(B * sizeof *slots), *drafts = malloc(B * sizeof *drafts);
     uint32_t *accepted = malloc(B * sizeof *accepted);
-    uint64_t *len = malloc(B * sizeof *len), *after = malloc(B * sizeof *after);
+    uint64_t *after = malloc(B * sizeof *after);
     step_buf s;
     const int have_s = step_buf_alloc(&s, t);
     engine e = {0};
-    rssm_status st = q && k && vv && gate && beta && out && slots && drafts && accepted && len && after && have_s
+    rssm_status st = q && k && vv && gate && beta && out && slots && drafts && accepted && after && have_s
                          ? engine_open(&e, b, t, m, p->c.policy, 1, err)
                          : rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "out of host memory");
-    uint32_t windows = 0, folded_first = 0, boundaries = 0;
-    for (uint32_t r = 0; r < B && st == RSSM_OK; r++) /* the length before the first step */
-        len[r] = (uint64_t)t->seq_len_after[r] - 1;
-    for (uint32_t w = 0; w < rounds_of(t, W) && st == RSSM_OK; w++) {
-        const uint32_t s0 = w * (W + 1);
-        uint32_t tokens = 0;
-        for (uint32_t r = 0; r < B; r++) {
+    uint32_t windows = 0, most = 0;
+    for (uint32_t w = 0, s0 = 0; w < t->windows && st == RSSM_OK; s0 += rh_trace_window_width(t, w), w++) {
+        if (!is_window(t, w)) { /* a step of ordinary decodes */
+            const uint32_t rows = step_buf_fill(&s, t, s0, e.slot_of);
+            if ((st = rssm_batch_step(e.batch, rows, s.slots, s.lens, t->snapshot_interval, &s.in, out, err)) !=
+                RSSM_OK) {
+                rssm_error e2 = *err;
+                rssm_set_error(err, e2.status, "step %u: %s", s0, e2.message);
+                break;
+            }
+            put_out(outs, t, s0, out, rows);
+            continue;
+        }
+        const uint32_t rows = rh_trace_rows(t, s0), tokens = rh_trace_window_width(t, w);
+        for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
             slots[r] = e.slot_of[t->slot_ids[(size_t)s0 * B + r]];
-            drafts[r] = drafts_of(W, w, r);
-            accepted[r] = accepted_of(W, w, r);
-            after[r] = len[r] + accepted[r];
-            tokens = drafts[r] > tokens ? drafts[r] : tokens;
+            drafts[r] = (uint32_t)drafts_of(t, w, r);
+            accepted[r] = (uint32_t)accepted_of(t, w, r);
+            /* the row's length before the window, then after its accepted tokens */
+            after[r] = (uint64_t)t->seq_len_after[(size_t)s0 * B + r] - 1 + accepted[r];
             uint32_t n = 0;
             if ((st = rssm_pool_write_pos(e.pool, slots[r], &n, err)) != RSSM_OK)
                 break;
-            folded_first += n > 0 && n + drafts[r] > m->ring_len - 1;
-            const uint64_t i = t->snapshot_interval;
-            boundaries += i && accepted[r] && after[r] / i > len[r] / i;
+            cov->folds += n > 0 && n + drafts[r] > m->ring_len - 1;
+            const uint64_t i = t->snapshot_interval, before = after[r] - accepted[r];
+            cov->boundaries += i && after[r] / i > before / i;
         }
+        /* token x's arrays for the window's rows, token-major */
+        const size_t tq = qk / B * rows, tv = v / B * rows, tg = g / B * rows, tb = be / B * rows;
         for (uint32_t x = 0; x < tokens && st == RSSM_OK; x++) {
             step_buf_fill(&s, t, s0 + x, e.slot_of);
-            memcpy(q + x * qk, s.q, qk);
-            memcpy(k + x * qk, s.k, qk);
-            memcpy(vv + x * v, s.v, v);
-            memcpy(gate + x * g, s.gate, g);
-            memcpy(beta + x * be, s.beta, be);
+            memcpy(q + x * tq, s.q, tq);
+            memcpy(k + x * tq, s.k, tq);
+            memcpy(vv + x * tv, s.v, tv);
+            memcpy(gate + x * tg, s.gate, tg);
+            memcpy(beta + x * tb, s.beta, tb);
         }
         const rssm_step_inputs in = {q, k, vv, (const float *)(const void *)gate, (const float *)(const void *)beta};
         /* Poison: whatever the backend does not write stays NaN. */
-        for (size_t i = 0; st == RSSM_OK && i < tokens * per_out; i++)
+        for (size_t i = 0; st == RSSM_OK && i < tokens * tv / io; i++)
             rssm_store(out, m->io_dtype, i, NAN);
-        if (st == RSSM_OK && (st = rssm_batch_verify(e.batch, B, slots, drafts, &in, out, err)) != RSSM_OK) {
+        if (st == RSSM_OK && (st = rssm_batch_verify(e.batch, rows, slots, drafts, &in, out, err)) != RSSM_OK) {
             rssm_error e2 = *err;
-            rssm_set_error(err, e2.status, "window %u: %s", w, e2.message);
+            rssm_set_error(err, e2.status, "window at step %u: %s", s0, e2.message);
             break;
         }
         size_t bad;
-        if (st == RSSM_OK && !is_poison_free(out, m->io_dtype, tokens * per_out, &bad)) {
-            st = rssm_set_error(err, RSSM_ERR_DEVICE, "window %u: output %zu of its token %zu is NaN", w,
-                                bad % per_out, bad / per_out);
+        if (st == RSSM_OK && !is_poison_free(out, m->io_dtype, tokens * tv / io, &bad)) {
+            st = rssm_set_error(err, RSSM_ERR_DEVICE, "window at step %u: output %zu of its token %zu is NaN", s0,
+                                bad % (tv / io), bad / (tv / io));
             break;
         }
         for (uint32_t x = 0; x < tokens && st == RSSM_OK; x++)
-            put_out(outs, t, s0 + x, out + x * v, B);
+            put_out(outs, t, s0 + x, out + x * tv, rows);
         if (st == RSSM_OK &&
-            (st = rssm_pool_accept(e.pool, B, slots, accepted, after, t->snapshot_interval, err)) != RSSM_OK) {
+            (st = rssm_pool_accept(e.pool, rows, slots, accepted, after, t->snapshot_interval, err)) != RSSM_OK) {
             rssm_error e2 = *err;
-            rssm_set_error(err, e2.status, "accept after window %u: %s", w, e2.message);
+            rssm_set_error(err, e2.status, "accept of the window at step %u: %s", s0, e2.message);
             break;
         }
         windows++;
-        /* the ordinary step of the round */
-        const uint32_t rows = st == RSSM_OK ? step_buf_fill(&s, t, s0 + W, e.slot_of) : 0;
-        for (uint32_t r = 0; r < rows; r++)
-            s.lens[r] = len[r] = after[r] + 1;
-        if (st == RSSM_OK &&
-            (st = rssm_batch_step(e.batch, rows, s.slots, s.lens, t->snapshot_interval, &s.in, out, err)) != RSSM_OK) {
-            rssm_error e2 = *err;
-            rssm_set_error(err, e2.status, "step %u: %s", s0 + W, e2.message);
-            break;
-        }
-        if (st == RSSM_OK)
-            put_out(outs, t, s0 + W, out, rows);
+        most = tokens > most ? tokens : most;
     }
     const size_t per_state = rh_trace_state_per_slot(t);
     for (uint32_t i = 0; i < t->slots && st == RSSM_OK; i++)
         st = rssm_pool_read_state(e.pool, e.slot_of[i], states + i * per_state, err);
-    cov->folds = folded_first;
-    cov->boundaries = boundaries;
     if (st == RSSM_OK)
         snprintf(cov->note, sizeof cov->note,
-                 "%u windows of 1..%u draft tokens, 0..T accepted; %u folded first, %u snapshot boundaries", windows,
-                 W, folded_first, boundaries);
+                 "%u windows of up to %u draft tokens; %u folded first, %u snapshot boundaries among accepted", windows,
+                 most, cov->folds, cov->boundaries);
     if (e.pool)
         engine_close(&e);
     if (have_s)
@@ -247,7 +240,6 @@ rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backen
     free(slots);
     free(drafts);
     free(accepted);
-    free(len);
     free(after);
     return st;
 }

@@ -95,6 +95,8 @@ void rh_trace_free(rh_trace *t)
     free(t->seq_len_after);
     free(t->init_state);
     free(t->expected);
+    free(t->drafts);
+    free(t->accepted);
     memset(t, 0, sizeof *t);
 }
 
@@ -149,6 +151,52 @@ static void gen_qk(rh_rng *r, float *x, size_t n, size_t K, const rssm_model *m)
     }
 }
 
+uint32_t rh_trace_window_width(const rh_trace *t, uint32_t e)
+{
+    uint32_t w = 1;
+    for (uint32_t b = 0; b < t->batch; b++) {
+        const int32_t d = t->drafts[(size_t)e * t->batch + b];
+        w = d > 0 && (uint32_t)d > w ? (uint32_t)d : w;
+    }
+    return w;
+}
+
+/* The engine steps of a generated speculative-decode trace (rh_trace_spec
+ * .verify = W): round w is a window of W steps (engine step 2w) and a step
+ * of ordinary decodes (2w + 1). Sequence lengths follow the accepted tokens:
+ * a window's tokens count on from the row's length before it. */
+static rssm_status gen_windows(rh_trace *t, uint32_t W, rssm_error *err)
+{
+    const uint32_t B = t->batch, rounds = t->steps / (W + 1);
+    if (rounds == 0 || t->steps != rounds * (W + 1))
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "trace: %u steps are not whole rounds of a %u-token window and a step", t->steps, W);
+    t->windows = 2 * rounds;
+    t->drafts = calloc((size_t)t->windows * B, sizeof *t->drafts);
+    t->accepted = calloc((size_t)t->windows * B, sizeof *t->accepted);
+    if (!t->drafts || !t->accepted)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "trace: out of host memory");
+    const uint32_t pattern[4] = {1, 2, W / 2 ? W / 2 : 1, W};
+    for (uint32_t w = 0; w < rounds; w++)
+        for (uint32_t r = 0; r < B; r++) {
+            /* with fewer than four rows, the last one takes the whole window */
+            const uint32_t T = B < 4 && r == B - 1 ? W : pattern[(w + r) % 4];
+            t->drafts[(size_t)2 * w * B + r] = (int32_t)T;
+            t->accepted[(size_t)2 * w * B + r] = (int32_t)((r + 3 * w) % (T + 1));
+            t->accepted[(size_t)(2 * w + 1) * B + r] = 1;
+        }
+    for (uint32_t r = 0; r < B; r++) {
+        int64_t len = t->seq_len_after[r] - 1;
+        for (uint32_t e = 0, s = 0; e < t->windows; s += rh_trace_window_width(t, e), e++) {
+            for (uint32_t x = 0; x < rh_trace_window_width(t, e); x++)
+                t->seq_len_after[(size_t)(s + x) * B + r] = len + x + 1;
+            const int32_t d = t->drafts[(size_t)e * B + r];
+            len += d == 0 ? 1 : t->accepted[(size_t)e * B + r];
+        }
+    }
+    return RSSM_OK;
+}
+
 rssm_status rh_trace_generate(const rh_trace_spec *s, rh_trace *t, rssm_error *err)
 {
     if (!s || !t)
@@ -161,6 +209,10 @@ rssm_status rh_trace_generate(const rh_trace_spec *s, rh_trace *t, rssm_error *e
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "trace: steps and batch must be > 0");
     if (s->copy_step && s->batch < 2)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "trace: a copy needs at least 2 rows");
+    if (s->verify && (s->admit_every || s->copy_step || s->verify > RSSM_MAX_DRAFT))
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "trace: a speculative-decode trace has every row from step 0, no copy, and windows of at "
+                              "most %u tokens", RSSM_MAX_DRAFT);
     t->model = s->model;
     t->steps = s->steps;
     t->batch = s->batch;
@@ -235,5 +287,9 @@ rssm_status rh_trace_generate(const rh_trace_spec *s, rh_trace *t, rssm_error *e
     free(join);
     free(prefill);
     rh_trace_zero_idle(t);
+    if (s->verify && (st = gen_windows(t, s->verify, err)) != RSSM_OK) {
+        rh_trace_free(t);
+        return st;
+    }
     return rssm_clear_error(err);
 }

@@ -29,7 +29,17 @@ typedef struct rh_trace {
     int64_t *seq_len_after;     /* [T][B] */
     float *init_state;          /* [S][layers][HV][V][K] */
     float *expected;            /* NULL, or [T][layers][B][HV][V] */
+    /* A speculative-decode trace (docs/trace-format.md, docs/design.md §9),
+     * or NULL both: [E][B], engine step e's draft tokens for row b (0: an
+     * ordinary decode step of one token) and how many of them it accepts.
+     * Engine step e takes the next rh_trace_window_width(t, e) steps. */
+    int32_t *drafts, *accepted;
+    uint32_t windows;           /* E */
 } rh_trace;
+
+/* Steps engine step e of a speculative-decode trace takes: its most draft
+ * tokens, or 1 for a step of ordinary decodes. */
+uint32_t rh_trace_window_width(const rh_trace *t, uint32_t e);
 
 /* Element counts of one step's block of each array (all layers, B rows). */
 size_t rh_trace_qk_per_step(const rh_trace *t);
@@ -62,6 +72,13 @@ typedef struct rh_trace_spec {
      * v_scale_from on (values a 16-bit ring cannot hold: docs/design.md §2). */
     float v_scale;
     uint32_t v_scale_row, v_scale_from;
+    /* > 0 (with admit_every and copy_step 0): a speculative-decode trace
+     * of rounds of a window of up to this many draft tokens and a step of
+     * ordinary decodes, steps / (verify + 1) rounds. Row r of round w
+     * drafts 1, 2, verify / 2 or verify tokens in turn and accepts each
+     * count from 0 to its drafts in turn (tools/harness/trace.c), so the
+     * rows of a window differ in T and k. */
+    uint32_t verify;
 } rh_trace_spec;
 
 /* Random, never zero: q, k, v ~ U(-1, 1) (L2-normalised here when the model

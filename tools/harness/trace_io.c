@@ -299,6 +299,69 @@ static rssm_status check_rows_finite(const rh_trace *t, const char *dir, const c
     return RSSM_OK;
 }
 
+/* drafts.npy and accepted.npy, both or neither: the engine steps of a
+ * speculative-decode trace (docs/trace-format.md). Each engine step is all
+ * ordinary decodes (every active row's drafts 0) or all windows (every
+ * active row's 1..RSSM_MAX_DRAFT, accepted 0..drafts, the same rows at each
+ * of its tokens' steps); the steps' widths add up to the trace's. Idle
+ * rows' entries are ignored (zeroed). */
+static rssm_status load_windows(const char *dir, rh_trace *t, rssm_error *err)
+{
+    char path[4096];
+    join_path(path, sizeof path, dir, "drafts.npy");
+    FILE *probe = fopen(path, "rb");
+    if (!probe)
+        return errno == ENOENT ? RSSM_OK : rssm_set_error(err, RSSM_ERR_IO, "%s: %s", path, strerror(errno));
+    fclose(probe);
+    rh_npy d;
+    rssm_status st = rh_npy_read(path, &d, err);
+    if (st != RSSM_OK)
+        return st;
+    const uint64_t E = d.ndim == 2 ? d.shape[0] : 0;
+    const int shape_ok = d.ndim == 2 && E > 0 && E <= t->steps && d.shape[1] == t->batch;
+    rh_npy_free(&d);
+    if (!shape_ok)
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "%s: must be [engine steps][batch %u], at most %u engine steps",
+                              path, t->batch, t->steps);
+    const uint64_t es[2] = {E, t->batch};
+    if ((st = load_array(dir, "drafts.npy", 2, es, 1, 4, (void **)&t->drafts, 0, err)) != RSSM_OK ||
+        (st = load_array(dir, "accepted.npy", 2, es, 1, 4, (void **)&t->accepted, 0, err)) != RSSM_OK)
+        return st;
+    t->windows = (uint32_t)E;
+    const uint32_t B = t->batch;
+    uint32_t s0 = 0;
+    for (uint32_t e = 0; e < t->windows; s0 += rh_trace_window_width(t, e), e++) {
+        if (s0 >= t->steps)
+            return rssm_set_error(err, RSSM_ERR_FORMAT, "%s: engine step %u starts after the trace's %u steps", path,
+                                  e, t->steps);
+        const uint32_t rows = rh_trace_rows(t, s0);
+        int32_t *dr = t->drafts + (size_t)e * B, *ac = t->accepted + (size_t)e * B;
+        for (uint32_t r = rows; r < B; r++)
+            dr[r] = ac[r] = 0;
+        const int window = dr[0] != 0;
+        for (uint32_t r = 0; r < rows; r++) {
+            if (dr[r] < 0 || dr[r] > (int32_t)RSSM_MAX_DRAFT || (dr[r] != 0) != window)
+                return rssm_set_error(err, RSSM_ERR_FORMAT,
+                                      "%s: engine step %u row %u: %d draft tokens (every row 0, or every row in 1..%u)",
+                                      path, e, r, dr[r], RSSM_MAX_DRAFT);
+            if (window && (ac[r] < 0 || ac[r] > dr[r]))
+                return rssm_set_error(err, RSSM_ERR_FORMAT, "%s/accepted.npy: engine step %u row %u: %d of %d accepted",
+                                      dir, e, r, ac[r], dr[r]);
+        }
+        for (uint32_t x = 1; window && x < rh_trace_window_width(t, e); x++)
+            if (s0 + x >= t->steps || rh_trace_rows(t, s0 + x) != rows ||
+                memcmp(t->slot_ids + (size_t)(s0 + x) * B, t->slot_ids + (size_t)s0 * B, rows * sizeof(int32_t)) != 0)
+                return rssm_set_error(err, RSSM_ERR_FORMAT,
+                                      "%s/slots.npy: step %u, token %u of the window of engine step %u, has other rows "
+                                      "than its first step",
+                                      dir, s0 + x, x, e);
+    }
+    if (s0 != t->steps)
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "%s: the engine steps take %u steps, the trace has %u", path, s0,
+                              t->steps);
+    return RSSM_OK;
+}
+
 rssm_status rh_trace_load(const char *dir, rh_trace *t, rssm_error *err)
 {
     if (!dir || !t)
@@ -423,6 +486,8 @@ rssm_status rh_trace_load(const char *dir, rh_trace *t, rssm_error *err)
             }
         }
     }
+    if ((st = load_windows(dir, t, err)) != RSSM_OK)
+        goto fail;
     /* Idle rows of the expected outputs were zeroed with the inputs:
      * whatever an engine left there compares as the oracle's zeros. */
     if (t->expected) {
@@ -450,7 +515,7 @@ rssm_status rh_trace_save(const rh_trace *t, const char *dir, const float *expec
     const uint64_t T = t->steps, L = m->layers, B = t->batch, H = m->num_qk_heads, HV = m->num_v_heads,
                    K = m->head_k, V = m->head_v;
     const uint64_t qs[5] = {T, L, B, H, K}, vs[5] = {T, L, B, HV, V}, gs[5] = {T, L, B, HV, K};
-    const uint64_t ts[2] = {T, B}, ws[3] = {L, HV, K}, ss[5] = {t->slots, L, HV, V, K};
+    const uint64_t ts[2] = {T, B}, ws[3] = {L, HV, K}, ss[5] = {t->slots, L, HV, V, K}, es[2] = {t->windows, B};
     const int kda = m->gate_kind == RSSM_GATE_KDA;
     struct { const char *file; rh_npy_dtype dt; uint32_t ndim; const uint64_t *shape; const void *data; } f[] = {
         {"q.npy", RH_NPY_F4, 5, qs, t->q},
@@ -464,6 +529,8 @@ rssm_status rh_trace_save(const rh_trace *t, const char *dir, const float *expec
         {"A_log.npy", RH_NPY_F4, 2, ws, t->A_log},
         {"dt_bias.npy", RH_NPY_F4, kda ? 3u : 2u, ws, t->dt_bias},
         {"expected_out.npy", RH_NPY_F4, 5, vs, expected},
+        {"drafts.npy", RH_NPY_I4, 2, es, t->drafts},
+        {"accepted.npy", RH_NPY_I4, 2, es, t->accepted},
     };
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++) {
         if (!f[i].data)
