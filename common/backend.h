@@ -97,6 +97,21 @@ typedef struct rssm_backend_ops {
                                     const rssm_row_header *hdr, uint32_t reps, rssm_timing *timing,
                                     rssm_error *err);
 
+    /* Optional (NULL: common code runs a speculative-decode window as one
+     * batch_run per token, docs/design.md §9). The window of the rows of
+     * hdr (slot, the base write_pos, no force, io = the row), row r taking
+     * drafts[r] tokens (1..t_max; base + drafts <= ring_cap, as common
+     * code arranged), from the token-major host inputs `in`
+     * ([t_max][layers][rows][...], rssm_batch_verify's) into the
+     * token-major host outputs `out`, each token exactly as batch_run
+     * would have run it. first_overflow[r] is the first token of row r
+     * whose ring entry its dtype could not hold (the row's later tokens
+     * are then left undone), or UINT32_MAX. Device seconds in
+     * batch_last_run_seconds. */
+    rssm_status (*batch_verify)(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                                const uint32_t *drafts, uint32_t t_max, const rssm_step_inputs *in, void *out,
+                                uint32_t *first_overflow, rssm_error *err);
+
     /* Optional (NULL: rssm_backend_copy_bandwidth says unsupported).
      * Device-to-device copy bandwidth over buffers of `bytes`, counting
      * bytes read plus bytes written, median of several timed copies, with

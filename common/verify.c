@@ -75,18 +75,19 @@ static rssm_status check_verify(rssm_batch *b, uint32_t rows, const uint32_t *sl
     return RSSM_OK;
 }
 
-/* Runs window token t of the rows that have one. A row whose entry its
- * ring dtype cannot hold runs again as a flush, after its bytes are kept
- * for an accept that stops before it (docs/design.md §2, §9). */
+/* Runs window token t of the rows that have one (and, with `only`, whose
+ * only[r] is set). A row whose entry its ring dtype cannot hold runs again
+ * as a flush, after its bytes are kept for an accept that stops before it
+ * (docs/design.md §2, §9). */
 static rssm_status run_token(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
-                             uint32_t t, rssm_error *err)
+                             const uint8_t *only, uint32_t t, rssm_error *err)
 {
     rssm_pool *p = b->pool;
     rssm_backend *be = p->backend;
     uint32_t active = 0;
     for (uint32_t r = 0; r < rows; r++) {
         const rssm_verify_state *v = &p->verify[slots[r]];
-        if (drafts[r] > t)
+        if (drafts[r] > t && (!only || only[r]))
             b->header[active++] =
                 (rssm_row_header){.slot = slots[r], .write_pos = token_pos(v, v->cuts, t), .force = 0, .io = r};
     }
@@ -137,6 +138,88 @@ static void undo(rssm_pool *p, uint32_t rows, const uint32_t *slots)
     }
 }
 
+/* Token t's block of the token-major step arrays. */
+static rssm_step_inputs token_inputs(const rssm_step_inputs *in, const token_bytes *tb, uint32_t t)
+{
+    return (rssm_step_inputs){
+        .q = (const uint8_t *)in->q + t * tb->q,
+        .k = (const uint8_t *)in->k + t * tb->k,
+        .v = (const uint8_t *)in->v + t * tb->v,
+        .gate = (const float *)(const void *)((const uint8_t *)in->gate + t * tb->gate),
+        .beta = (const float *)(const void *)((const uint8_t *)in->beta + t * tb->beta),
+    };
+}
+
+/* Tokens first .. t_max - 1 of a window as one launch each: of every row,
+ * or (only) of the rows whose only[r] is set, from their start[r] on (the
+ * others' outputs left as they are). A token's outputs are zero past its
+ * row's window. */
+static rssm_status tokens_from(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                               const uint32_t *start, uint32_t first, uint32_t t_max, const rssm_step_inputs *in,
+                               void *out, rssm_error *err)
+{
+    rssm_backend *be = b->pool->backend;
+    const token_bytes tb = token_bytes_of(b, rows);
+    const size_t row_out = tb.out / b->params.layers / rows;
+    uint8_t *only = start ? malloc(rows) : NULL, *all = start ? malloc(tb.out) : NULL;
+    rssm_status st = !start || (only && all) ? RSSM_OK
+                                             : rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
+    for (uint32_t t = first; t < t_max && st == RSSM_OK; t++) {
+        const rssm_step_inputs token = token_inputs(in, &tb, t);
+        uint8_t *o = (uint8_t *)out + t * tb.out;
+        for (uint32_t r = 0; start && r < rows; r++)
+            only[r] = t >= start[r] && t < drafts[r];
+        if ((st = be->ops->batch_upload(be->ctx, b->dev, rows, &token, err)) != RSSM_OK ||
+            (st = run_token(b, rows, slots, drafts, only, t, err)) != RSSM_OK ||
+            (st = be->ops->batch_download(be->ctx, b->dev, rows, start ? all : o, err)) != RSSM_OK)
+            break;
+        for (uint32_t l = 0; l < b->params.layers; l++)
+            for (uint32_t r = 0; r < rows; r++) {
+                const size_t at = ((size_t)l * rows + r) * row_out;
+                if (drafts[r] <= t)
+                    memset(o + at, 0, row_out);
+                else if (start && only[r])
+                    memcpy(o + at, all + at, row_out);
+            }
+    }
+    free(only);
+    free(all);
+    return st;
+}
+
+/* The backend's window (batch_verify): every row's tokens in one go. A row
+ * whose entry overflowed its ring dtype left its later tokens undone; they
+ * run one launch each, from that token on, which cuts the window there. */
+static rssm_status window_at_once(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                                  uint32_t t_max, const rssm_step_inputs *in, void *out, rssm_error *err)
+{
+    rssm_pool *p = b->pool;
+    rssm_backend *be = p->backend;
+    for (uint32_t r = 0; r < rows; r++)
+        b->header[r] = (rssm_row_header){.slot = slots[r], .write_pos = p->verify[slots[r]].base, .force = 0, .io = r};
+    uint32_t *start = malloc(rows * sizeof *start);
+    if (!start)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
+    rssm_status st = be->ops->batch_verify(be->ctx, b->dev, rows, b->header, drafts, t_max, in, out, start, err);
+    if (st == RSSM_OK) {
+        b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
+        const token_bytes tb = token_bytes_of(b, rows);
+        const size_t row_out = tb.out / b->params.layers / rows;
+        uint32_t first = UINT32_MAX;
+        for (uint32_t t = 0; t < t_max; t++)
+            for (uint32_t l = 0; l < b->params.layers; l++)
+                for (uint32_t r = 0; r < rows; r++)
+                    if (drafts[r] <= t)
+                        memset((uint8_t *)out + t * tb.out + ((size_t)l * rows + r) * row_out, 0, row_out);
+        for (uint32_t r = 0; r < rows; r++)
+            first = start[r] < first ? start[r] : first;
+        if (first < t_max)
+            st = tokens_from(b, rows, slots, drafts, start, first, t_max, in, out, err);
+    }
+    free(start);
+    return st;
+}
+
 static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
                                    const rssm_step_inputs *in, void *out, rssm_error *err)
 {
@@ -156,28 +239,10 @@ static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t 
         return st;
     for (uint32_t r = 0; r < rows; r++)
         p->verify[slots[r]] = (rssm_verify_state){.drafts = drafts[r], .base = p->write_pos[slots[r]]};
-    const token_bytes tb = token_bytes_of(b, rows);
-    const size_t row_out = tb.out / b->params.layers / rows;
     b->uploaded_rows = b->run_rows = 0;
     b->last_seconds = 0.0;
-    for (uint32_t t = 0; t < t_max && st == RSSM_OK; t++) {
-        const rssm_step_inputs token = {
-            .q = (const uint8_t *)in->q + t * tb.q,
-            .k = (const uint8_t *)in->k + t * tb.k,
-            .v = (const uint8_t *)in->v + t * tb.v,
-            .gate = (const float *)(const void *)((const uint8_t *)in->gate + t * tb.gate),
-            .beta = (const float *)(const void *)((const uint8_t *)in->beta + t * tb.beta),
-        };
-        uint8_t *o = (uint8_t *)out + t * tb.out;
-        if ((st = be->ops->batch_upload(be->ctx, b->dev, rows, &token, err)) != RSSM_OK ||
-            (st = run_token(b, rows, slots, drafts, t, err)) != RSSM_OK ||
-            (st = be->ops->batch_download(be->ctx, b->dev, rows, o, err)) != RSSM_OK)
-            break;
-        for (uint32_t l = 0; l < b->params.layers; l++)
-            for (uint32_t r = 0; r < rows; r++)
-                if (drafts[r] <= t)
-                    memset(o + ((size_t)l * rows + r) * row_out, 0, row_out);
-    }
+    st = be->ops->batch_verify ? window_at_once(b, rows, slots, drafts, t_max, in, out, err)
+                               : tokens_from(b, rows, slots, drafts, NULL, 0, t_max, in, out, err);
     if (st != RSSM_OK) {
         undo(p, rows, slots);
         return st;

@@ -496,6 +496,73 @@ static rssm_status cpu_batch_run(void *ctx, void *batch, uint32_t rows, const rs
     return rssm_clear_error(err);
 }
 
+/* A speculative-decode window over (layer, row, value head) items: each
+ * item runs its heads' windows (rssm_cpu_window_fn), the checkpoint read
+ * once for all of a row's tokens. */
+typedef struct window_args {
+    const rssm_kernel_params *p;
+    const rssm_cpu_variant *variant;
+    const rssm_layer_io *io;          /* [layers][t_max]: token t of layer l at l * t_max + t */
+    const rssm_row_header *rows;      /* [nrows] */
+    const uint32_t *drafts;           /* [nrows] */
+    uint32_t nrows, t_max, layers;
+    atomic_uint *first_overflow;      /* [nrows] */
+    float *scratch;
+    size_t scratch_floats;
+} window_args;
+
+static void window_item(void *ctx, size_t item, unsigned worker)
+{
+    const window_args *a = ctx;
+    const uint32_t HV = a->p->num_v_heads;
+    const size_t lr = item / HV;
+    const uint32_t hv = (uint32_t)(item % HV), row = (uint32_t)(lr % a->nrows), layer = (uint32_t)(lr / a->nrows);
+    a->variant->window(a->p, &a->io[(size_t)layer * a->t_max], &a->rows[row], a->drafts[row], row, hv,
+                       a->first_overflow, a->scratch + (size_t)worker * a->scratch_floats);
+}
+
+static rssm_status cpu_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                                    const uint32_t *drafts, uint32_t t_max, const rssm_step_inputs *in, void *out,
+                                    uint32_t *first_overflow, rssm_error *err)
+{
+    cpu_ctx *c = ctx;
+    cpu_batch *b = batch;
+    const rssm_kernel_params *p = &b->params;
+    const size_t layers = p->layers;
+    rssm_layer_io *io = malloc(layers * t_max * sizeof *io);
+    if (!io)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
+    /* The batch's addressing of each layer, with token t's rows of the
+     * caller's token-major arrays as the step arrays (row r at r) */
+    const rssm_io_sizes *z = &b->row_sizes;
+    for (size_t l = 0; l < layers; l++)
+        for (size_t t = 0; t < t_max; t++) {
+            rssm_layer_io *x = &io[l * t_max + t];
+            const size_t block = t * layers + l; /* [t][l] block of `rows` rows */
+            *x = b->layer_io[l];
+            x->q = (const uint8_t *)in->q + block * rows * z->q;
+            x->k = (const uint8_t *)in->k + block * rows * z->k;
+            x->v = (const uint8_t *)in->v + block * rows * z->v;
+            x->gate = (const uint8_t *)in->gate + block * rows * z->gate;
+            x->beta = (const uint8_t *)in->beta + block * rows * z->beta;
+            x->out = (uint8_t *)out + block * rows * z->out;
+        }
+    for (uint32_t r = 0; r < rows; r++)
+        atomic_store_explicit(&b->overflow[r], UINT32_MAX, memory_order_relaxed);
+    window_args a = {
+        .p = p, .variant = c->variant, .io = io, .rows = hdr, .drafts = drafts, .nrows = rows, .t_max = t_max,
+        .layers = p->layers, .first_overflow = b->overflow, .scratch = b->scratch,
+        .scratch_floats = b->scratch_floats,
+    };
+    const double t0 = rssm_now_seconds();
+    rssm_thread_pool_for(c->threads, layers * rows * p->num_v_heads, window_item, &a);
+    b->last_seconds = rssm_now_seconds() - t0;
+    for (uint32_t r = 0; r < rows; r++)
+        first_overflow[r] = atomic_load_explicit(&b->overflow[r], memory_order_relaxed);
+    free(io);
+    return rssm_clear_error(err);
+}
+
 static rssm_status cpu_batch_download(void *ctx, void *batch, uint32_t rows, void *out,
                                       rssm_error *err)
 {
@@ -844,6 +911,7 @@ const rssm_backend_ops rssm_cpu_backend_ops = {
     .batch_download = cpu_batch_download,
     .batch_last_run_seconds = cpu_batch_last_run_seconds,
     .batch_time_steps = cpu_batch_time_steps,
+    .batch_verify = cpu_batch_verify,
     .copy_bandwidth = cpu_copy_bandwidth,
     .pool_inplace_seconds = cpu_pool_inplace_seconds,
     .layer_check = cpu_layer_check,

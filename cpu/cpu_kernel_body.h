@@ -459,9 +459,64 @@ static void l2_normalise(float *restrict x, uint32_t n)
         x[i] = x[i] / norm;
 }
 
-void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
-                                  uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch)
+/* A step's inputs for value head hv (q/k head h) of step-array row r_io:
+ * q and k normalised (q scaled), v, the log-decay g (gw values), its
+ * alpha = exp(g), and beta, as fp32. */
+static void head_inputs(const rssm_kernel_params *p, const rssm_layer_io *io, size_t r_io, uint32_t h, uint32_t hv,
+                        float *restrict q, float *restrict k, float *restrict v, float *restrict g,
+                        float *restrict alpha, float *beta)
 {
+    const uint32_t K = p->head_k, V = p->head_v, gw = p->gate_kind == RSSM_CODE_GATE_KDA ? K : 1;
+    const size_t io_size = dtype_bytes(p->io_dtype);
+    load_f32(q, io->q + r_io * io->q_row + (size_t)h * K * io_size, p->io_dtype, K);
+    load_f32(k, io->k + r_io * io->k_row + (size_t)h * K * io_size, p->io_dtype, K);
+    load_f32(v, io->v + r_io * io->v_row + (size_t)hv * V * io_size, p->io_dtype, V);
+    if (p->flags & RSSM_FLAG_QK_L2NORM) {
+        l2_normalise(q, K);
+        l2_normalise(k, K);
+    }
+    for (uint32_t c = 0; c < K; c++)
+        q[c] = q[c] * p->q_scale;
+
+    /* gate: g (gw values), alpha = exp(g), beta */
+    const int gate_bf16 = (p->flags & RSSM_FLAG_GATE_BF16) != 0;
+    const uint32_t gate_dtype = gate_bf16 ? RSSM_CODE_DTYPE_BF16 : RSSM_CODE_DTYPE_F32;
+    const size_t gate_size = gate_bf16 ? 2 : 4;
+    load_f32(g, io->gate + r_io * io->gate_row + (size_t)hv * gw * gate_size, gate_dtype, gw);
+    load_f32(beta, io->beta + r_io * io->beta_row + (size_t)hv * gate_size, gate_dtype, 1);
+    if (p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED) {
+        const float A = expf(io->A_log[hv]);
+        const float *dtb = io->dt_bias + (size_t)hv * gw;
+        for (uint32_t c = 0; c < gw; c++) {
+            const float x = g[c] + dtb[c];
+            g[c] = p->gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x)
+                                                      : p->gate_lower_bound * sigmoid(A * x);
+        }
+        *beta = sigmoid(*beta);
+    }
+    for (uint32_t c = 0; c < gw; c++)
+        alpha[c] = fast_expf(g[c]);
+}
+
+/* What a token of a speculative-decode window brings to its step: the
+ * checkpoint's part of S̄q and S̄k for every row, C (aG q) then C (aG k), as
+ * the row pass would compute them (so the step does not read the
+ * checkpoint), and the keys of the window's tokens before it (ring entries
+ * base .. write_pos - 1) as their entries hold them: the other value heads
+ * of the q/k head run their windows concurrently, and the first of them
+ * appends those entries whenever it gets there. */
+typedef struct step_window {
+    const float *sums; /* [2][V] */
+    const float *keys; /* [write_pos - base][K] */
+    uint32_t base;
+} step_window;
+
+/* The step of one (row, value head), rssm_cpu_step_fn, or (w) of a
+ * window's token. */
+static void step_head(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                      uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch, const step_window *w)
+{
+    const float *sums = w ? w->sums : NULL;
     const uint32_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
     const uint32_t group = HV / H, h = hv / group;
     const uint32_t cap = p->ring_cap;
@@ -497,43 +552,19 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_
     }
 
     /* 1. inputs */
-    float *restrict q = s.q, *restrict k = s.k;
-    load_f32(q, io->q + r_io * io->q_row + (size_t)h * K * io_size, p->io_dtype, K);
-    load_f32(k, io->k + r_io * io->k_row + (size_t)h * K * io_size, p->io_dtype, K);
-    load_f32(s.v, io->v + r_io * io->v_row + (size_t)hv * V * io_size, p->io_dtype, V);
-    if (p->flags & RSSM_FLAG_QK_L2NORM) {
-        l2_normalise(q, K);
-        l2_normalise(k, K);
-    }
-    for (uint32_t c = 0; c < K; c++)
-        q[c] = q[c] * p->q_scale;
-
-    /* gate: g (gw values), alpha = exp(g), beta */
-    const int gate_bf16 = (p->flags & RSSM_FLAG_GATE_BF16) != 0;
-    const uint32_t gate_dtype = gate_bf16 ? RSSM_CODE_DTYPE_BF16 : RSSM_CODE_DTYPE_F32;
-    const size_t gate_size = gate_bf16 ? 2 : 4;
-    float *restrict g = s.g, *restrict alpha = s.alpha;
+    float *restrict q = s.q, *restrict k = s.k, *restrict g = s.g, *restrict alpha = s.alpha;
     float beta;
-    load_f32(g, io->gate + r_io * io->gate_row + (size_t)hv * gw * gate_size, gate_dtype, gw);
-    load_f32(&beta, io->beta + r_io * io->beta_row + (size_t)hv * gate_size, gate_dtype, 1);
-    if (p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED) {
-        const float A = expf(io->A_log[hv]);
-        const float *dtb = io->dt_bias + (size_t)hv * gw;
-        for (uint32_t c = 0; c < gw; c++) {
-            const float x = g[c] + dtb[c];
-            g[c] = p->gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x)
-                                                      : p->gate_lower_bound * sigmoid(A * x);
-        }
-        beta = sigmoid(beta);
-    }
-    for (uint32_t c = 0; c < gw; c++)
-        alpha[c] = fast_expf(g[c]);
+    head_inputs(p, io, r_io, h, hv, q, k, s.v, g, alpha, &beta);
 
     /* 2. decays and weighted ring keys, newest entry first. W_j also needs
      * k_j as fp32: convert it straight into W_j, then scale in place. */
     float *restrict aG = s.aG, *restrict W = s.W;
-    for (uint32_t j = 0; j < n; j++)
-        load_f32(W + (size_t)j * K, ring_k + (size_t)j * K * ring_size, p->ring_dtype, K);
+    for (uint32_t j = 0; j < n; j++) {
+        if (w && j >= w->base)
+            memcpy(W + (size_t)j * K, w->keys + (size_t)(j - w->base) * K, K * sizeof(float));
+        else
+            load_f32(W + (size_t)j * K, ring_k + (size_t)j * K * ring_size, p->ring_dtype, K);
+    }
     if (kda) {
         float *restrict sum = s.s;
         for (uint32_t c = 0; c < K; c++)
@@ -603,7 +634,11 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_
     float *restrict d = s.d, *restrict o = s.o;
     const float *restrict vin = s.v;
     const size_t row_bytes = (size_t)K * dtype_bytes(p->state_dtype);
-    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
+    if (!flush && sums) {
+        memcpy(o, sums, V * sizeof *o);
+        memcpy(d, sums + V, V * sizeof *d);
+    }
+    for (uint32_t v0 = 0; v0 < V && !(!flush && sums); v0 += RSSM_ROW_BLOCK) {
         const float *crow; /* RSSM_ROW_BLOCK rows, K apart */
         if (bf16_state) {
             load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
@@ -652,6 +687,97 @@ void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_
             atomic_store_explicit(&overflow[row_index], 1u, memory_order_relaxed);
     }
     store_f32(io->out + r_io * io->out_row + (size_t)hv * V * io_size, o, p->io_dtype, V);
+}
+
+void RSSM_KFN(rssm_cpu_step_head)(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                                  uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch)
+{
+    step_head(p, io, row, row_index, hv, overflow, scratch, NULL);
+}
+
+void RSSM_KFN(rssm_cpu_window_head)(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                                    uint32_t tokens, uint32_t row_index, uint32_t hv, atomic_uint *first_overflow,
+                                    float *scratch)
+{
+    const uint32_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v;
+    const uint32_t h = hv / (HV / H), n = row->write_pos;
+    const int kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t gw = kda ? K : 1;
+    scratch_map s;
+    scratch_layout(p, scratch, &s);
+    float *ring_g = (float *)(void *)(io->ring_g + row->slot * io->ring_g_slot + hv * io->ring_g_head);
+
+    /* 1. Each token's checkpoint weights aG q, aG k. Its decays need the
+     * log-decays of the entries before it, the window's earlier tokens'
+     * among them: those are inputs, so they go into the ring now (each
+     * token's step writes the same values there again). Summed newest
+     * first, as the step sums them. */
+    for (uint32_t t = 0; t < tokens; t++) {
+        float beta;
+        head_inputs(p, &io[t], row->io, h, hv, s.q, s.k, s.v, s.g, s.alpha, &beta);
+        const uint32_t m = n + t; /* entries before token t */
+        float *restrict aG = s.aG;
+        if (kda) {
+            for (uint32_t c = 0; c < K; c++)
+                s.s[c] = 0.0f;
+            for (uint32_t j = m; j-- > 0;)
+                for (uint32_t c = 0; c < K; c++)
+                    s.s[c] += ring_g[(size_t)j * K + c];
+            for (uint32_t c = 0; c < K; c++)
+                aG[c] = s.alpha[c] * fast_expf(s.s[c]);
+        } else {
+            float sum = 0.0f;
+            for (uint32_t j = m; j-- > 0;)
+                sum += ring_g[j];
+            const float ag = s.alpha[0] * fast_expf(sum);
+            for (uint32_t c = 0; c < K; c++)
+                aG[c] = ag;
+        }
+        for (uint32_t c = 0; c < K; c++) {
+            s.wxq[(size_t)t * K + c] = aG[c] * s.q[c];
+            s.wxk[(size_t)t * K + c] = aG[c] * s.k[c];
+        }
+        memcpy(ring_g + (size_t)m * gw, s.g, gw * sizeof(float));
+        /* k as its ring entry will hold it: rounded to the ring dtype */
+        store_f32(s.row, s.k, p->ring_dtype, K);
+        load_f32(s.wk + (size_t)t * K, s.row, p->ring_dtype, K);
+    }
+
+    /* 2. One pass over the checkpoint for every token: each block of rows
+     * is read from memory once and summed against each token's weights
+     * while it is in cache, with the step's own dot products. */
+    const uint8_t *ckpt = io->ckpt + row->slot * io->ckpt_slot + hv * io->ckpt_head;
+    const int bf16_state = p->state_dtype == RSSM_CODE_DTYPE_BF16;
+    const size_t row_bytes = (size_t)K * dtype_bytes(p->state_dtype);
+    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
+        const float *crow;
+        if (bf16_state) {
+            load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
+            crow = s.row;
+        } else {
+            crow = (const float *)(const void *)ckpt + (size_t)v0 * K;
+        }
+        for (uint32_t t = 0; t < tokens; t++) {
+            float *sums = s.wsum + (size_t)t * 2 * V;
+            dot2_block(crow, K, s.wxq + (size_t)t * K, s.wxk + (size_t)t * K, sums + v0, sums + V + v0);
+        }
+    }
+
+    /* 3. The tokens in order: each one's ring part reads the entries of the
+     * ones before it, which their steps appended. */
+    for (uint32_t t = 0; t < tokens; t++) {
+        const rssm_row_header rt = {.slot = row->slot, .write_pos = n + t, .force = 0, .io = row->io};
+        atomic_uint over = 0;
+        const step_window w = {.sums = s.wsum + (size_t)t * 2 * V, .keys = s.wk, .base = n};
+        step_head(p, &io[t], &rt, 0, hv, &over, scratch, &w);
+        if (atomic_load_explicit(&over, memory_order_relaxed)) {
+            uint32_t seen = atomic_load_explicit(&first_overflow[row_index], memory_order_relaxed);
+            while (t < seen && !atomic_compare_exchange_weak_explicit(&first_overflow[row_index], &seen, t,
+                                                                       memory_order_relaxed, memory_order_relaxed))
+                ;
+            return;
+        }
+    }
 }
 
 

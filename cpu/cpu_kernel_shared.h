@@ -158,6 +158,11 @@ typedef struct scratch_map {
     float *D;      /* [cap][V] ring d as fp32 (16-bit rings only) */
     float *cq, *ck; /* [cap] c_j(q), c_j(k) */
     float *wg;      /* [cap] GDN: the decay gamma_j * alpha of each entry */
+    /* A speculative-decode window (rssm_cpu_window_fn): each token's
+     * checkpoint weights aG q and aG k, [RSSM_MAX_DRAFT][K], and its
+     * checkpoint sums C (aG q), C (aG k), [RSSM_MAX_DRAFT][2][V]. */
+    float *wxq, *wxk, *wsum;
+    float *wk; /* [RSSM_MAX_DRAFT][K]: each token's k as its ring entry holds it */
 } scratch_map;
 
 static inline size_t scratch_layout(const rssm_kernel_params *p, float *base, scratch_map *m)
@@ -176,6 +181,8 @@ static inline size_t scratch_layout(const rssm_kernel_params *p, float *base, sc
     TAKE(v, V); TAKE(d, V); TAKE(o, V); TAKE(rq, V); TAKE(rk, V);
     TAKE(W, cap * K); TAKE(D, cap * V);
     TAKE(cq, cap); TAKE(ck, cap); TAKE(wg, cap);
+    TAKE(wxq, RSSM_MAX_DRAFT * K); TAKE(wxk, RSSM_MAX_DRAFT * K); TAKE(wsum, RSSM_MAX_DRAFT * 2 * V);
+    TAKE(wk, RSSM_MAX_DRAFT * K);
 #undef TAKE
     return at;
 }
@@ -231,6 +238,7 @@ static inline int ring_overflows(uint32_t t, const float *x, uint32_t n)
  * compiled for, named by its suffix. */
 #define RSSM_CPU_VARIANT_DECLARE(isa)                                              \
     rssm_cpu_step_fn rssm_cpu_step_head_##isa;                                     \
+    rssm_cpu_window_fn rssm_cpu_window_head_##isa;                                 \
     const char *rssm_cpu_variant_isa_##isa(void);
 RSSM_CPU_VARIANT_DECLARE(base)
 #if RSSM_CPU_AVX2_VARIANT

@@ -55,10 +55,10 @@ size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p) { return scratch_lay
 /* Best first; the baseline last, and always runnable. */
 static const rssm_cpu_variant variants[] = {
 #if RSSM_CPU_AVX2_VARIANT
-    {"avx512", rssm_cpu_step_head_avx512, rssm_cpu_variant_isa_avx512},
-    {"avx2", rssm_cpu_step_head_avx2, rssm_cpu_variant_isa_avx2},
+    {"avx512", rssm_cpu_step_head_avx512, rssm_cpu_window_head_avx512, rssm_cpu_variant_isa_avx512},
+    {"avx2", rssm_cpu_step_head_avx2, rssm_cpu_window_head_avx2, rssm_cpu_variant_isa_avx2},
 #endif
-    {"baseline", rssm_cpu_step_head_base, rssm_cpu_variant_isa_base},
+    {"baseline", rssm_cpu_step_head_base, rssm_cpu_window_head_base, rssm_cpu_variant_isa_base},
 };
 
 static int cpu_runs(const rssm_cpu_variant *v)

@@ -42,6 +42,21 @@ size_t rssm_cpu_scratch_floats(const rssm_kernel_params *p);
 typedef void rssm_cpu_step_fn(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
                               uint32_t row_index, uint32_t hv, atomic_uint *overflow, float *scratch);
 
+/* A speculative-decode window of `tokens` draft tokens (docs/design.md §9)
+ * for value head `hv` of row `row_index`: token t as the step of
+ * rssm_cpu_step_fn at write_pos row->write_pos + t (never a flush: the
+ * caller keeps write_pos + tokens <= ring_cap), with its inputs and
+ * outputs where io[t] says, and the same results bit for bit, but the
+ * checkpoint read once for all of them: each token's checkpoint sums are
+ * formed in one pass (its decays need only the gates, which are inputs),
+ * and the ring part, which needs the entries of the tokens before it, runs
+ * token by token. first_overflow[row_index] is lowered to the first token
+ * whose ring entry its dtype cannot hold; the window stops there (the
+ * tokens after it would read that entry). */
+typedef void rssm_cpu_window_fn(const rssm_kernel_params *p, const rssm_layer_io *io, const rssm_row_header *row,
+                                uint32_t tokens, uint32_t row_index, uint32_t hv, atomic_uint *first_overflow,
+                                float *scratch);
+
 /* The step with the best variant this CPU runs (see below). */
 rssm_cpu_step_fn rssm_cpu_step_head;
 
@@ -52,6 +67,7 @@ rssm_cpu_step_fn rssm_cpu_step_head;
 typedef struct rssm_cpu_variant {
     const char *name;                /* "avx512", "avx2", "baseline" */
     rssm_cpu_step_fn *step;
+    rssm_cpu_window_fn *window;
     const char *(*isa)(void);        /* what it was compiled for: "sse2", "avx512+f16c", ... */
 } rssm_cpu_variant;
 

@@ -840,6 +840,7 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_batch_download,
     cuda_batch_last_run_seconds,
     cuda_batch_time_steps,
+    nullptr, /* batch_verify: a window runs as one batch_run per token (common/verify.c) */
     cuda_copy_bandwidth,
     cuda_pool_inplace_seconds,
     /* matrix_dtype: the tensor-core flush splits its operands into hi + lo
