@@ -148,6 +148,7 @@ static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32
         }
     }
     b->run_rows = rows;
+    b->timed = 1;
     if (kept > 0 && (st = rssm_pool_commit_planned(b->pool, kept, b->plan, err)) != RSSM_OK)
         return st;
     if (again == 0)
@@ -190,6 +191,7 @@ static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint3
     if (st != RSSM_OK)
         return st;
     b->run_rows = rows;
+    b->timed = 1;
     return rssm_clear_error(err);
 }
 
@@ -223,7 +225,7 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds, rs
 {
     if (!b || !seconds)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: batch and seconds must not be NULL");
-    if (b->run_rows == 0)
+    if (!b->timed)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "last_run_seconds: nothing has run on this batch yet");
     *seconds = b->last_seconds;
     return rssm_clear_error(err);

@@ -72,7 +72,8 @@ struct rssm_batch {
     double last_seconds;          /* device seconds of the last step, re-run included */
     uint8_t *gate_params_set;     /* [layers] */
     uint32_t uploaded_rows;       /* 0: nothing uploaded yet */
-    uint32_t run_rows;            /* rows of the last successful run */
+    uint32_t run_rows;            /* rows of the last successful run (0 after a verify) */
+    int timed;                    /* last_seconds holds a run's or a verify's device time */
     void *dev;
 };
 

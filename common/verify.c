@@ -220,6 +220,52 @@ static rssm_status window_at_once(rssm_batch *b, uint32_t rows, const uint32_t *
     return st;
 }
 
+/* Folds the rings of the rows without room for their window, on the
+ * device where the gates allow it: each such row runs a forced flush of a
+ * token that changes nothing (q, k, v, g and beta 0: its decay is exactly
+ * 1 and its delta 0, as rssm_layer_materialise's fold), which leaves
+ * exactly the fold in the checkpoint, at the cost of one flush. With raw
+ * gates a zero input is not g = 0: those rows fold on the host
+ * (rssm_pool_materialise). */
+static rssm_status fold_full_rings(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
+                                   rssm_error *err)
+{
+    rssm_pool *p = b->pool;
+    rssm_backend *be = p->backend;
+    const uint32_t cap = p->layout.ring_cap;
+    uint32_t folds = 0;
+    for (uint32_t r = 0; r < rows; r++)
+        if (p->write_pos[slots[r]] + drafts[r] > cap)
+            b->rerun_plan[folds++] = (rssm_row_plan){
+                .slot = slots[r], .write_pos = p->write_pos[slots[r]], .force = 1, .is_flush = 1};
+    if (folds == 0)
+        return RSSM_OK;
+    rssm_status st = RSSM_OK;
+    if (p->model.gate_mode != RSSM_GATE_PRECOMPUTED) {
+        for (uint32_t i = 0; i < folds && st == RSSM_OK; i++)
+            st = rssm_pool_materialise(p, b->rerun_plan[i].slot, err);
+        return st;
+    }
+    rssm_io_sizes z;
+    rssm_io_sizes_init(&z, &b->params, folds);
+    const size_t L = b->params.layers, most = z.q > z.v ? (z.q > z.gate ? z.q : z.gate) : (z.v > z.gate ? z.v : z.gate);
+    uint8_t *zeros = calloc(L * most, 1);
+    if (!zeros)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
+    const rssm_step_inputs nothing = {zeros, zeros, zeros, (const float *)(const void *)zeros,
+                                      (const float *)(const void *)zeros};
+    for (uint32_t i = 0; i < folds; i++)
+        b->rerun_header[i] = (rssm_row_header){
+            .slot = b->rerun_plan[i].slot, .write_pos = b->rerun_plan[i].write_pos, .force = 1, .io = i};
+    if ((st = be->ops->batch_upload(be->ctx, b->dev, folds, &nothing, err)) == RSSM_OK &&
+        (st = be->ops->batch_run(be->ctx, b->dev, folds, b->rerun_header, NULL, err)) == RSSM_OK) {
+        b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
+        st = rssm_pool_commit_planned(p, folds, b->rerun_plan, err);
+    }
+    free(zeros);
+    return st;
+}
+
 static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
                                    const rssm_step_inputs *in, void *out, rssm_error *err)
 {
@@ -228,26 +274,24 @@ static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t 
     if (st != RSSM_OK)
         return st;
     rssm_pool *p = b->pool;
-    rssm_backend *be = p->backend;
-    const uint32_t cap = p->layout.ring_cap;
+    /* A verify leaves the batch's uploaded inputs and outputs its own (a
+     * backend's window may not pass through them at all): the next run
+     * needs an upload, a download a run (rssm.h). */
+    b->uploaded_rows = b->run_rows = 0;
+    b->last_seconds = 0.0;
     /* A ring without room for the window is folded first: the true state
      * stays, and the window starts an empty ring. */
-    for (uint32_t r = 0; r < rows && st == RSSM_OK; r++)
-        if (p->write_pos[slots[r]] + drafts[r] > cap)
-            st = rssm_pool_materialise(p, slots[r], err);
-    if (st != RSSM_OK)
+    if ((st = fold_full_rings(b, rows, slots, drafts, err)) != RSSM_OK)
         return st;
     for (uint32_t r = 0; r < rows; r++)
         p->verify[slots[r]] = (rssm_verify_state){.drafts = drafts[r], .base = p->write_pos[slots[r]]};
-    b->uploaded_rows = b->run_rows = 0;
-    b->last_seconds = 0.0;
-    st = be->ops->batch_verify ? window_at_once(b, rows, slots, drafts, t_max, in, out, err)
-                               : tokens_from(b, rows, slots, drafts, NULL, 0, t_max, in, out, err);
+    st = p->backend->ops->batch_verify ? window_at_once(b, rows, slots, drafts, t_max, in, out, err)
+                                       : tokens_from(b, rows, slots, drafts, NULL, 0, t_max, in, out, err);
     if (st != RSSM_OK) {
         undo(p, rows, slots);
         return st;
     }
-    b->uploaded_rows = b->run_rows = rows;
+    b->timed = 1;
     return rssm_clear_error(err);
 }
 

@@ -346,8 +346,8 @@ rssm_status rssm_batch_run(rssm_batch *b, uint32_t rows, const uint32_t *slots,
                            rssm_error *err);
 rssm_status rssm_batch_download(rssm_batch *b, uint32_t rows, void *out, rssm_error *err);
 
-/* Seconds the device spent in the last rssm_batch_run (timestamp queries,
- * events, or the wall clock for the CPU). */
+/* Seconds the device spent in the last rssm_batch_run or rssm_batch_verify
+ * (timestamp queries, events, or the wall clock for the CPU). */
 rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
                                         rssm_error *err);
 
@@ -375,7 +375,9 @@ rssm_status rssm_batch_last_run_seconds(const rssm_batch *b, double *seconds,
  * t < T_max = max(drafts); a row's arrays past its own T are not read.
  * `out` is [T_max][layers][rows][HV][V] in the io dtype, zero past a row's
  * T. Needs rows <= the batch's max_rows, and the gate weights of RAW gate
- * modes (rssm_batch_set_gate_params). */
+ * modes (rssm_batch_set_gate_params). Afterwards the batch holds no
+ * uploaded inputs or outputs of its own: the next rssm_batch_run needs an
+ * rssm_batch_upload first, and rssm_batch_download a run. */
 rssm_status rssm_batch_verify(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
                               const rssm_step_inputs *in, void *out, rssm_error *err);
 

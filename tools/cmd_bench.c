@@ -1,5 +1,6 @@
-/* rssm bench: replay against packed decode, timed over whole ring cycles.
- * The method (and the traffic model behind GB/s) is in docs/bench.md. */
+/* rssm bench: replay against packed decode, timed over whole ring cycles,
+ * and (--verify) speculative-decode verify windows against both. The
+ * method (and the traffic model behind GB/s) is in docs/bench.md. */
 #define _POSIX_C_SOURCE 200809L
 
 #include "cli.h"
@@ -8,9 +9,11 @@
 #include "rng.h"
 #include "traffic.h"
 
+#include "dtype.h"
 #include "error.h"
 #include "rssm.h"
 #include "rssm_layout.h"
+#include "timing.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -56,9 +59,26 @@ static void help(void)
            "  --state-mib N      minimum state touched per step, MiB (default: cpu 4x the\n"
            "                     last-level cache, at least 64; a GPU 256; llvmpipe 64)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
+           "  --verify T-LIST    also time speculative-decode verify windows of T draft\n"
+           "                     tokens per row (2..16, each at most L - 1), e.g. 2,4,8;\n"
+           "                     off unless given (--quick included)\n"
+           "  --accept PCT-LIST  with --verify: draft tokens accepted per window, percent\n"
+           "                     of T rounded to the nearest token (0..100, default 100,50)\n"
            "  --quick            a short run: batch 1,16; L 16; fp32 state; 3 cycles\n"
            "                     (llvmpipe: 1 cycle, 32 MiB)\n"
-           "  --out PREFIX       also write PREFIX.csv and PREFIX.json\n");
+           "  --out PREFIX       also write PREFIX.csv and PREFIX.json (and, with --verify,\n"
+           "                     PREFIX-verify.csv)\n"
+           "\n"
+           "With --verify, a second table follows: for each shape and L of the first (its\n"
+           "uniform row), each T and each accept rate, cycles of verify windows as a\n"
+           "speculative decoder runs them (rssm_batch_verify of T tokens, rssm_pool_accept\n"
+           "of k; windows at ring positions 0, k, 2k, ... while they fit), checked against\n"
+           "the oracle first. It reports the device us of a window, over one replay step\n"
+           "and over T of them (the first table's replay us); the accept's wall-clock us,\n"
+           "over a replay step; the fold of the full ring each cycle starts with, per\n"
+           "window; us per accepted token, (window + accept) / k, and token throughput\n"
+           "against the\n"
+           "replay and packed decodes. docs/bench.md has the method.\n");
 }
 
 typedef struct bench_opts {
@@ -75,6 +95,8 @@ typedef struct bench_opts {
     uint32_t cycles;
     uint32_t state_mib; /* 0: per backend */
     uint64_t seed;
+    uint32_t drafts[MAX_LIST], accept_pct[MAX_LIST]; /* --verify, --accept */
+    size_t ndrafts, naccept;                         /* ndrafts 0: no verify rows */
 } bench_opts;
 
 /* What one timed configuration measured. */
@@ -93,7 +115,28 @@ typedef struct result_row {
     const char *status; /* "ok", "incorrect", "unsupported", "error" */
     char note[512];
     timing packed, replay;
+    rssm_model model;   /* the replay model timed */
+    int verify_base;    /* the row whose shape and L the verify rows time */
 } result_row;
+
+/* What one verify configuration measured, per window (all rows, all
+ * layers): medians over the timed cycles (the fold: the one of the last),
+ * divided by the windows of a cycle. */
+typedef struct verify_timing {
+    uint32_t windows;      /* per cycle: at ring positions 0, k, 2k, ... while the window fits */
+    double seconds;        /* device time of the window's launches */
+    double min_seconds;    /* the same, of the fastest cycle */
+    double accept_seconds; /* rssm_pool_accept of every row: host work, the wall clock */
+    double fold_seconds;   /* the device fold a cycle starts with: its first window's excess, per window */
+} verify_timing;
+
+typedef struct verify_row {
+    const result_row *base; /* its shape's replay and packed timings, from the same run */
+    uint32_t T, accept_pct, k;
+    const char *status; /* "ok", "incorrect", "unsupported", "error", "skipped" (the base row is not ok) */
+    char note[512];
+    verify_timing v;
+} verify_row;
 
 /* ------------------------------------------------------------ options */
 
@@ -272,6 +315,61 @@ static void plans_at(rssm_row_plan *plan, const uint32_t *slots, uint32_t rows, 
         plan[i] = (rssm_row_plan){.slot = slots[i], .write_pos = n, .force = 0, .is_flush = RSSM_ROW_FLUSHES(n, L - 1, 0u)};
 }
 
+/* A fresh pool of `rows` slots, each the random `state` with an empty ring,
+ * and a batch of `rows` rows with random, non-zero inputs for `tokens`
+ * steps, the first step's uploaded. inputs_make's arrays are flat and
+ * random, so those of rows x tokens rows serve as `tokens` steps of `rows`
+ * rows, one after the other: a verify window's token-major inputs. */
+typedef struct bench_pool {
+    rssm_pool *pool;
+    rssm_batch *batch;
+    uint32_t *slots;
+    float *state; /* [layers][HV][V][K], every slot's to start with */
+    host_inputs in;
+} bench_pool;
+
+static void bench_pool_close(bench_pool *bp)
+{
+    rssm_batch_destroy(&bp->batch);
+    rssm_pool_destroy(&bp->pool);
+    inputs_free(&bp->in);
+    free(bp->slots);
+    free(bp->state);
+    memset(bp, 0, sizeof *bp);
+}
+
+static rssm_status bench_pool_open(bench_pool *bp, rssm_backend *b, const rssm_model *m, uint32_t rows,
+                                   uint32_t tokens, rssm_flush_policy policy, uint64_t seed, rssm_error *err)
+{
+    memset(bp, 0, sizeof *bp);
+    const size_t state_n = (size_t)m->layers * m->num_v_heads * m->head_v * m->head_k;
+    bp->state = malloc(state_n * sizeof *bp->state);
+    bp->slots = malloc(rows * sizeof *bp->slots);
+    rssm_status st = RSSM_OK;
+    if (!bp->state || !bp->slots || !inputs_make(&bp->in, m, rows * tokens, seed)) {
+        st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
+        goto done;
+    }
+    rh_rng r;
+    rh_rng_seed(&r, seed, 0x57a7e);
+    for (size_t i = 0; i < state_n; i++)
+        bp->state[i] = (float)(0.1 * rh_rng_uniform(&r, -1.0, 1.0));
+    if ((st = rssm_pool_create(b, m, rows, policy, &bp->pool, err)) != RSSM_OK)
+        goto done;
+    for (uint32_t i = 0; i < rows; i++)
+        if ((st = rssm_pool_alloc(bp->pool, &bp->slots[i], err)) != RSSM_OK ||
+            (st = rssm_pool_write_state(bp->pool, bp->slots[i], bp->state, err)) != RSSM_OK)
+            goto done;
+    if ((st = rssm_batch_create(bp->pool, rows, &bp->batch, err)) != RSSM_OK ||
+        (st = rssm_batch_upload(bp->batch, rows, &bp->in.in, err)) != RSSM_OK ||
+        (st = gate_params_set(bp->batch, m, seed, err)) != RSSM_OK)
+        goto done;
+done:
+    if (st != RSSM_OK)
+        bench_pool_close(bp);
+    return st;
+}
+
 /* Times, on a fresh pool of `rows` random slots, a program of `cycle_steps`
  * consecutive steps (whole ring cycles, planned by the pool's scheduler
  * after one cycle that brings a staggered pool to its steady state), and
@@ -286,47 +384,31 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
     timing_clear(t);
     t->layers = m->layers;
     const uint32_t L = m->replay ? m->ring_len : 1;
-    rssm_pool *pool = NULL;
-    rssm_batch *batch = NULL;
-    host_inputs in = {0};
-    const size_t state_n = (size_t)m->layers * m->num_v_heads * m->head_v * m->head_k;
-    float *state = malloc(state_n * sizeof(float));
-    uint32_t *slots = malloc(rows * sizeof *slots);
+    bench_pool bp;
+    rssm_status st = bench_pool_open(&bp, b, m, rows, 1, policy, seed, err);
+    if (st != RSSM_OK)
+        return st;
+    const uint32_t *slots = bp.slots;
     uint64_t *lens = malloc(rows * sizeof *lens);
     rssm_row_plan *plan = malloc((size_t)(cycle_steps > L ? cycle_steps : L) * rows * sizeof *plan);
-    rssm_status st = RSSM_OK;
-    if (!state || !slots || !lens || !plan || !inputs_make(&in, m, rows, seed)) {
+    if (!lens || !plan) {
         st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
         goto done;
     }
-    rh_rng r;
-    rh_rng_seed(&r, seed, 0x57a7e);
-    for (size_t i = 0; i < state_n; i++)
-        state[i] = (float)(0.1 * rh_rng_uniform(&r, -1.0, 1.0));
-    if ((st = rssm_pool_create(b, m, rows, policy, &pool, err)) != RSSM_OK)
-        goto done;
-    for (uint32_t i = 0; i < rows; i++) {
-        if ((st = rssm_pool_alloc(pool, &slots[i], err)) != RSSM_OK ||
-            (st = rssm_pool_write_state(pool, slots[i], state, err)) != RSSM_OK)
-            goto done;
+    for (uint32_t i = 0; i < rows; i++)
         lens[i] = 1000 + i;
-    }
-    if ((st = rssm_batch_create(pool, rows, &batch, err)) != RSSM_OK ||
-        (st = rssm_batch_upload(batch, rows, &in.in, err)) != RSSM_OK ||
-        (st = gate_params_set(batch, m, seed, err)) != RSSM_OK)
-        goto done;
     for (uint32_t s = 0; s < L + cycle_steps; s++) {
         rssm_row_plan *p = plan + (size_t)(s < L ? 0 : s - L) * rows;
         for (uint32_t i = 0; i < rows; i++)
             lens[i]++;
-        if ((st = rssm_pool_plan(pool, rows, slots, lens, 0, p, err)) != RSSM_OK ||
-            (st = rssm_pool_commit(pool, rows, p, err)) != RSSM_OK)
+        if ((st = rssm_pool_plan(bp.pool, rows, slots, lens, 0, p, err)) != RSSM_OK ||
+            (st = rssm_pool_commit(bp.pool, rows, p, err)) != RSSM_OK)
             goto done;
     }
     for (size_t i = 0; i < (size_t)cycle_steps * rows; i++)
         t->bytes += rh_traffic_row_bytes(m, plan[i].write_pos, (int)plan[i].is_flush);
     rssm_timing cycle;
-    if ((st = rssm_batch_time_steps(batch, rows, cycle_steps, plan, reps, &cycle, err)) != RSSM_OK)
+    if ((st = rssm_batch_time_steps(bp.batch, rows, cycle_steps, plan, reps, &cycle, err)) != RSSM_OK)
         goto done;
     t->seconds = cycle.median_seconds;
     t->min_seconds = cycle.min_seconds;
@@ -337,7 +419,7 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
             for (uint32_t s = 0; s < L; s++)
                 plans_at(plan + (size_t)s * rows, slots, rows, at[k], L);
             rssm_timing pos;
-            if ((st = rssm_batch_time_steps(batch, rows, L, plan, reps, &pos, err)) != RSSM_OK)
+            if ((st = rssm_batch_time_steps(bp.batch, rows, L, plan, reps, &pos, err)) != RSSM_OK)
                 goto done;
             t->pos_seconds[k] = pos.median_seconds / L;
         }
@@ -345,36 +427,137 @@ static rssm_status time_model(rssm_backend *b, const rssm_model *m, uint32_t row
     if (!m->replay) {
         double sec;
         rssm_error ierr;
-        if (rssm_pool_inplace_seconds(pool, reps, &sec, &ierr) == RSSM_OK)
+        if (rssm_pool_inplace_seconds(bp.pool, reps, &sec, &ierr) == RSSM_OK)
             t->inplace_seconds = sec;
         else if (ierr.status != RSSM_ERR_UNSUPPORTED)
             st = rssm_set_error(err, ierr.status, "%s", ierr.message);
     }
 done:
-    rssm_batch_destroy(&batch);
-    rssm_pool_destroy(&pool);
-    inputs_free(&in);
-    free(state);
-    free(slots);
+    bench_pool_close(&bp);
     free(lens);
     free(plan);
     return st;
 }
 
+static void verify_timing_clear(verify_timing *vt)
+{
+    *vt = (verify_timing){.windows = 0, .seconds = NAN, .min_seconds = NAN, .accept_seconds = NAN,
+                          .fold_seconds = NAN};
+}
+
+/* Windows of a verify cycle (docs/bench.md): at ring positions 0, k, 2k,
+ * ... while n + T <= L - 1, the room a window has before the flush
+ * position; accepting nothing never moves the window, one is a cycle. */
+static uint32_t verify_windows(uint32_t L, uint32_t T, uint32_t k) { return k ? (L - 1 - T) / k + 1 : 1; }
+
+/* Times, on a fresh pool of `rows` random slots at uniform ring positions,
+ * whole verify cycles as a speculative decoder runs them: each window
+ * verifies T draft tokens per row (rssm_batch_verify) and accepts k of
+ * them (rssm_pool_accept, no snapshot boundary). After the cycle's last
+ * window the ring has no room for another, so the next cycle's first
+ * verify folds it into the checkpoint first, on the device (a flush,
+ * docs/design.md §9): a cycle's device time includes that fold, as a
+ * decoder's does, and `fold_seconds` is the first window's excess over the
+ * cycle's others, per window. Cycles run untimed first (once; on a GPU,
+ * `warm`, until its clocks have ramped up, as rssm_batch_time_steps does;
+ * at least one, so every timed cycle starts with a full ring), then `reps`
+ * times. A window's device time is rssm_batch_last_run_seconds after it;
+ * the accept is host work, timed by the wall clock. */
+static rssm_status time_verify(rssm_backend *b, const rssm_model *m, uint32_t rows, uint32_t T, uint32_t k,
+                               uint32_t reps, int warm, uint64_t seed, verify_timing *vt, rssm_error *err)
+{
+    verify_timing_clear(vt);
+    const uint32_t windows = verify_windows(m->ring_len, T, k);
+    bench_pool bp;
+    rssm_status st = bench_pool_open(&bp, b, m, rows, T, RSSM_FLUSH_ALIGNED, seed, err);
+    if (st != RSSM_OK)
+        return st;
+    const size_t out_bytes =
+        (size_t)T * m->layers * rows * m->num_v_heads * m->head_v * rssm_dtype_size(m->io_dtype);
+    uint32_t *drafts = malloc(rows * sizeof *drafts), *accepted = malloc(rows * sizeof *accepted);
+    uint64_t *lens = malloc(rows * sizeof *lens);
+    void *out = malloc(out_bytes);
+    double *cycles = malloc(2 * (size_t)reps * sizeof *cycles); /* device, accept seconds */
+    if (!drafts || !accepted || !lens || !out || !cycles) {
+        st = rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "bench: out of host memory");
+        goto done;
+    }
+    double *device = cycles, *accept = cycles + reps, fold = 0.0;
+    for (uint32_t r = 0; r < rows; r++) {
+        drafts[r] = T;
+        accepted[r] = k;
+        lens[r] = 1000 + r;
+    }
+    const double started = rssm_now_seconds();
+    for (uint32_t untimed = 0, timed = 0; timed < reps;) {
+        const int warming = rssm_warming_up(warm, untimed, started), last = !warming && timed + 1 == reps;
+        double dev = 0.0, acc = 0.0, first = 0.0;
+        for (uint32_t w = 0; w < windows; w++) {
+            double sec;
+            if ((st = rssm_batch_verify(bp.batch, rows, bp.slots, drafts, &bp.in.in, out, err)) != RSSM_OK ||
+                (st = rssm_batch_last_run_seconds(bp.batch, &sec, err)) != RSSM_OK)
+                goto done;
+            dev += sec;
+            if (w == 0)
+                first = sec;
+            for (uint32_t r = 0; r < rows; r++)
+                lens[r] += k;
+            const double t0 = rssm_now_seconds();
+            st = rssm_pool_accept(bp.pool, rows, bp.slots, accepted, lens, 0, err);
+            acc += rssm_now_seconds() - t0;
+            if (st != RSSM_OK)
+                goto done;
+        }
+        if (last && k > 0 && windows > 1)
+            fold = first - (dev - first) / (windows - 1);
+        if (warming) {
+            untimed++;
+        } else {
+            device[timed] = dev;
+            accept[timed++] = acc;
+        }
+    }
+    const rssm_timing dt = rssm_timing_of(device, reps, reps);
+    vt->windows = windows;
+    vt->seconds = dt.median_seconds / windows;
+    vt->min_seconds = dt.min_seconds / windows;
+    vt->accept_seconds = rssm_median(accept, reps) / windows;
+    vt->fold_seconds = fold / windows;
+done:
+    bench_pool_close(&bp);
+    free(drafts);
+    free(accepted);
+    free(lens);
+    free(out);
+    free(cycles);
+    return st;
+}
+
 /* One short conformance check of the configuration (one layer, up to four
- * rows, two ring cycles and a bit) against the oracle. */
-static rh_verdict verify(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
-                         uint64_t seed, char *note, size_t size)
+ * rows, two ring cycles and a bit) against the oracle. With `window` > 0,
+ * of its speculative-decode verify instead: eight rounds of a window of up
+ * to that many draft tokens and one step (tools/harness/conform_verify.c),
+ * as the conformance cases have, so every accept count comes round. */
+static rh_verdict check_config(rssm_backend *b, const rssm_model *m, uint32_t rows, rssm_flush_policy policy,
+                               uint32_t window, uint64_t seed, char *note, size_t size)
 {
     rh_case c;
     memset(&c, 0, sizeof c);
-    snprintf(c.name, sizeof c.name, "bench-check/%s/%s/L%u/%s", rssm_gate_kind_name(m->gate_kind),
-             rssm_dtype_name(m->state_dtype), m->replay ? m->ring_len : 0, policy ? "staggered" : "uniform");
+    char suffix[16] = "";
+    if (window)
+        snprintf(suffix, sizeof suffix, "/T%u", window);
+    snprintf(c.name, sizeof c.name, "bench-check/%s/%s/L%u/%s%s", rssm_gate_kind_name(m->gate_kind),
+             rssm_dtype_name(m->state_dtype), m->replay ? m->ring_len : 0, policy ? "staggered" : "uniform",
+             suffix);
     c.model = *m;
     c.model.layers = 1;
     c.batch = rows < 4 ? rows : 4;
     uint32_t L = m->replay ? m->ring_len : 1;
     c.steps = 2 * L + 2 < 6 ? 6 : 2 * L + 2;
+    if (window) {
+        c.verify = window;
+        c.steps = 8 * (window + 1);
+    }
     c.policy = policy;
     c.tol = rh_tolerance(&c.model);
     rh_prepared p;
@@ -387,8 +570,8 @@ static rh_verdict verify(rssm_backend *b, const rssm_model *m, uint32_t rows, rs
     rh_verdict v = rh_run_case(&p, b, NULL, &r, NULL);
     rh_prepared_free(&p);
     if (v == RH_FAIL)
-        snprintf(note, size, "%s out err %.2e state err %.2e tol %.0e %s", m->replay ? "replay" : "packed",
-                 r.out_err, r.state_err, r.tol, r.note);
+        snprintf(note, size, "%s out err %.2e state err %.2e tol %.0e %s",
+                 window ? "verify" : m->replay ? "replay" : "packed", r.out_err, r.state_err, r.tol, r.note);
     else if (v == RH_SKIP)
         snprintf(note, size, "%s", r.note);
     return v;
@@ -454,6 +637,45 @@ static void print_table_row(const result_row *r, double copy_bps)
     fflush(stdout);
 }
 
+/* A verify row's figures (docs/bench.md, "Verify"): per window, all rows;
+ * per accepted token, per row as a step's us are. */
+static double verify_us(const verify_row *v) { return 1e6 * v->v.seconds; }
+static double verify_min_us(const verify_row *v) { return 1e6 * v->v.min_seconds; }
+static double accept_us(const verify_row *v) { return 1e6 * v->v.accept_seconds; }
+static double fold_us(const verify_row *v) { return v->k ? 1e6 * v->v.fold_seconds : NAN; }
+static double us_per_token(const verify_row *v) { return v->k ? (verify_us(v) + accept_us(v)) / v->k : NAN; }
+static double base_replay_us(const verify_row *v) { return us_per_step(&v->base->replay); }
+static double base_packed_us(const verify_row *v) { return us_per_step(&v->base->packed); }
+
+static void print_verify_header(void)
+{
+    printf("%-4s %-5s %3s %5s %2s %4s %2s %3s | %10s | %10s %6s %6s | %9s %6s | %10s | %10s %7s %7s | %6s | %s\n",
+           "gate", "state", "L", "batch", "T", "acc%", "k", "win", "replay us", "verify us", "/step", "/T",
+           "accept us", "%step", "fold us", "us/token", "xreplay", "xpacked", "spread", "status");
+}
+
+static void print_verify_row(const verify_row *v)
+{
+    char wn[16], ru[16], vu[16], vs[16], vt[16], au[16], ap[16], fu[16], tu[16], tr[16], tp[16], sd[16];
+    const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+    fmt(wn, sizeof wn, "%.0f", v->v.windows ? (double)v->v.windows : NAN);
+    fmt(ru, sizeof ru, "%.1f", rus);
+    fmt(vu, sizeof vu, "%.1f", vus);
+    fmt(vs, sizeof vs, "%.2fx", vus / rus);
+    fmt(vt, sizeof vt, "%.2fx", vus / (v->T * rus));
+    fmt(au, sizeof au, "%.2f", accept_us(v));
+    fmt(ap, sizeof ap, "%.2f%%", 100.0 * accept_us(v) / rus);
+    fmt(fu, sizeof fu, "%.1f", fold_us(v));
+    fmt(tu, sizeof tu, "%.1f", tus);
+    fmt(tr, sizeof tr, "%.2fx", rus / tus);
+    fmt(tp, sizeof tp, "%.2fx", base_packed_us(v) / tus);
+    fmt(sd, sizeof sd, "%.3f", v->v.seconds / v->v.min_seconds);
+    printf("%-4s %-5s %3u %5u %2u %3u%% %2u %3s | %10s | %10s %6s %6s | %9s %6s | %10s | %10s %7s %7s | %6s | %s%s%s\n",
+           v->base->gate, v->base->state, v->base->L, v->base->batch, v->T, v->accept_pct, v->k, wn, ru, vu,
+           vs, vt, au, ap, fu, tu, tr, tp, sd, v->status, v->note[0] ? ": " : "", v->note);
+    fflush(stdout);
+}
+
 static void json_num(FILE *f, const char *key, double x, int comma)
 {
     if (isnan(x) || isinf(x))
@@ -473,8 +695,73 @@ static void json_str(FILE *f, const char *key, const char *s, int comma)
     fprintf(f, "\"%s", comma ? ", " : "");
 }
 
-static int write_outputs(const char *prefix, const result_row *rows, size_t n, const char *backend,
-                         const char *device, const bench_opts *o, double copy_bps)
+/* PREFIX-verify.csv: the verify rows, apart from PREFIX.csv, whose columns
+ * its readers know. */
+static int write_verify_csv(const char *prefix, const verify_row *rows, size_t n, const char *backend,
+                            const bench_opts *o)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s-verify.csv", prefix);
+    FILE *f = fopen(path, "w");
+    if (!f) {
+        perror(path);
+        return 0;
+    }
+    fprintf(f, "backend,gate,state_dtype,ring_dtype,io_dtype,ring_len,batch,layers,replay_positions,draft_tokens,"
+               "accept_pct,accepted,windows,status,replay_us,packed_us,verify_us,verify_min_us,verify_over_replay,"
+               "verify_over_t_replay,accept_us,accept_pct_of_step,fold_us,us_per_token,tokens_over_replay,"
+               "tokens_over_packed,note\n");
+    for (size_t i = 0; i < n; i++) {
+        const verify_row *v = &rows[i];
+        const result_row *r = v->base;
+        const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+        fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%u,%s,%u,%u,%u,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,"
+                   "%.4g,\"%s\"\n",
+                backend, r->gate, r->state, rssm_dtype_name(o->ring_dtype), rssm_dtype_name(o->io_dtype), r->L,
+                r->batch, r->layers, r->positions, v->T, v->accept_pct, v->k, v->v.windows, v->status, rus,
+                base_packed_us(v), vus, verify_min_us(v), vus / rus, vus / (v->T * rus), accept_us(v),
+                100.0 * accept_us(v) / rus, fold_us(v), tus, rus / tus, base_packed_us(v) / tus, v->note);
+    }
+    return fclose(f) == 0;
+}
+
+/* The "verify" array of PREFIX.json: a key of its own, so the readers of
+ * "rows" see what they saw before. */
+static void json_verify_rows(FILE *f, const verify_row *rows, size_t n)
+{
+    fprintf(f, " \"verify\": [\n");
+    for (size_t i = 0; i < n; i++) {
+        const verify_row *v = &rows[i];
+        const result_row *r = v->base;
+        const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+        fprintf(f, "  {");
+        json_str(f, "gate", r->gate, 1);
+        json_str(f, "state_dtype", r->state, 1);
+        fprintf(f, "\"ring_len\": %u, \"batch\": %u, \"layers\": %u, ", r->L, r->batch, r->layers);
+        json_str(f, "replay_positions", r->positions, 1);
+        fprintf(f, "\"draft_tokens\": %u, \"accept_pct\": %u, \"accepted\": %u, ", v->T, v->accept_pct, v->k);
+        json_num(f, "windows", v->v.windows ? (double)v->v.windows : NAN, 1);
+        json_str(f, "status", v->status, 1);
+        json_str(f, "note", v->note, 1);
+        json_num(f, "replay_us", rus, 1);
+        json_num(f, "packed_us", base_packed_us(v), 1);
+        json_num(f, "verify_us", vus, 1);
+        json_num(f, "verify_min_us", verify_min_us(v), 1);
+        json_num(f, "verify_over_replay", vus / rus, 1);
+        json_num(f, "verify_over_t_replay", vus / (v->T * rus), 1);
+        json_num(f, "accept_us", accept_us(v), 1);
+        json_num(f, "accept_pct_of_step", 100.0 * accept_us(v) / rus, 1);
+        json_num(f, "fold_us", fold_us(v), 1);
+        json_num(f, "us_per_token", tus, 1);
+        json_num(f, "tokens_over_replay", rus / tus, 1);
+        json_num(f, "tokens_over_packed", base_packed_us(v) / tus, 0);
+        fprintf(f, "}%s\n", i + 1 < n ? "," : "");
+    }
+    fprintf(f, " ]\n");
+}
+
+static int write_outputs(const char *prefix, const result_row *rows, size_t n, const verify_row *vrows, size_t nv,
+                         const char *backend, const char *device, const bench_opts *o, double copy_bps)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s.csv", prefix);
@@ -536,10 +823,15 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
         json_num(f, "flush_us", pos_us(&r->replay, 2), 0);
         fprintf(f, "}%s\n", i + 1 < n ? "," : "");
     }
-    fprintf(f, " ]\n}\n");
+    fprintf(f, " ],\n");
+    json_verify_rows(f, vrows, nv);
+    fprintf(f, "}\n");
     ok = (fclose(f) == 0) && ok;
+    if (nv > 0)
+        ok = write_verify_csv(prefix, vrows, nv, backend, o) && ok;
     if (ok)
-        printf("\nwrote %s.csv and %s.json\n", prefix, prefix);
+        printf("\nwrote %s.csv%s%s%s and %s.json\n", prefix, nv ? ", " : "", nv ? prefix : "",
+               nv ? "-verify.csv" : "", prefix);
     return ok;
 }
 
@@ -557,9 +849,10 @@ int cmd_bench(int argc, char **argv)
         .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16, .gate_mode = RSSM_GATE_PRECOMPUTED,
         .positions = {0, 1}, .npos = 2,
         .cycles = 3, .state_mib = 0, .seed = 1,
+        .accept_pct = {100, 50}, .naccept = 2,
     };
     const char *backend = "auto", *out = NULL;
-    int quick = 0, set_batch = 0, set_ring = 0, set_state = 0, set_cycles = 0;
+    int quick = 0, set_batch = 0, set_ring = 0, set_state = 0, set_cycles = 0, set_accept = 0;
     for (int i = 1; i < argc; i++) {
         const char *v = NULL;
         int k, idx[4];
@@ -646,9 +939,33 @@ int cmd_bench(int argc, char **argv)
         } else if ((k = cli_value(cmd, argc, argv, &i, "--seed", &v)) != 0) {
             if (k < 0 || !cli_u64(cmd, "--seed", v, &o.seed))
                 return CLI_USAGE;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--verify", &v)) != 0) {
+            if (k < 0 || !cli_u32_list(cmd, "--verify", v, o.drafts, MAX_LIST, &o.ndrafts))
+                return CLI_USAGE;
+            /* A window of one token is bit for bit a step (docs/design.md
+             * §9), which the first table times already. */
+            for (size_t j = 0; j < o.ndrafts; j++)
+                if (o.drafts[j] < 2 || o.drafts[j] > RSSM_MAX_DRAFT) {
+                    fprintf(stderr, "rssm bench: --verify: %u draft tokens is not in 2..%u\n", o.drafts[j],
+                            RSSM_MAX_DRAFT);
+                    return CLI_USAGE;
+                }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--accept", &v)) != 0) {
+            if (k < 0 || !cli_u32_list(cmd, "--accept", v, o.accept_pct, MAX_LIST, &o.naccept))
+                return CLI_USAGE;
+            for (size_t j = 0; j < o.naccept; j++)
+                if (o.accept_pct[j] > 100) {
+                    fprintf(stderr, "rssm bench: --accept: %u%% is not in 0..100\n", o.accept_pct[j]);
+                    return CLI_USAGE;
+                }
+            set_accept = 1;
         } else {
             return cli_unknown(cmd, argv[i]);
         }
+    }
+    if (set_accept && o.ndrafts == 0) {
+        fprintf(stderr, "rssm bench: --accept needs --verify\n");
+        return CLI_USAGE;
     }
     if (quick) { /* explicit options still win */
         if (!set_batch) {
@@ -712,6 +1029,12 @@ int cmd_bench(int argc, char **argv)
     uint32_t max_L = 1;
     for (size_t i = 0; i < o.nring; i++)
         max_L = o.ring_len[i] > max_L ? o.ring_len[i] : max_L;
+    /* The verify rows measure against the uniform row of their shape and
+     * L, as their windows are at uniform positions; else the first row. */
+    size_t verify_pi = 0;
+    for (size_t pi = o.npos; pi-- > 0;)
+        if (o.positions[pi] == 0)
+            verify_pi = pi;
     for (size_t gi = 0; gi < o.ngate && rows; gi++) {
         for (size_t si = 0; si < o.nstate; si++) {
             for (size_t bi = 0; bi < o.nbatch; bi++) {
@@ -730,7 +1053,7 @@ int cmd_bench(int argc, char **argv)
                 timing_clear(&pt);
                 const char *pstatus = "ok";
                 char pnote[512] = "";
-                rh_verdict v = verify(b, &packed, B, RSSM_FLUSH_ALIGNED, o.seed, pnote, sizeof pnote);
+                rh_verdict v = check_config(b, &packed, B, RSSM_FLUSH_ALIGNED, 0, o.seed, pnote, sizeof pnote);
                 if (v != RH_PASS) {
                     pstatus = v == RH_SKIP ? "unsupported" : "incorrect";
                 } else if (time_model(b, &packed, B, RSSM_FLUSH_ALIGNED, max_L, 0, o.cycles, o.seed, &pt, &err) !=
@@ -751,11 +1074,13 @@ int cmd_bench(int argc, char **argv)
                         r->batch = B;
                         r->layers = m.layers;
                         r->packed = pt;
+                        r->model = m;
+                        r->verify_base = pi == verify_pi;
                         timing_clear(&r->replay);
                         r->status = pstatus;
                         snprintf(r->note, sizeof r->note, "%s", pnote);
                         if (strcmp(pstatus, "ok") == 0) {
-                            v = verify(b, &m, B, pol, o.seed, r->note, sizeof r->note);
+                            v = check_config(b, &m, B, pol, 0, o.seed, r->note, sizeof r->note);
                             if (v != RH_PASS) {
                                 r->status = v == RH_SKIP ? "unsupported" : "incorrect";
                             } else if (time_model(b, &m, B, pol, m.ring_len, o.positions[pi] == 0, o.cycles,
@@ -772,12 +1097,73 @@ int cmd_bench(int argc, char **argv)
             }
         }
     }
+    /* The verify table (docs/bench.md, "Verify"): each row times the shape
+     * and L of a row above against that row's replay and packed timings. */
+    const size_t vcap = o.ngate * o.nstate * o.nbatch * o.nring * o.ndrafts * o.naccept;
+    verify_row *vrows = vcap && rows ? calloc(vcap, sizeof *vrows) : NULL;
+    size_t nv = 0;
+    if (vcap && rows && vrows) {
+        printf("\nverify: T draft tokens per row, k = acc%% of T of them accepted; per cycle, win windows at ring\n"
+               "positions 0, k, 2k, ... (uniform) while they fit; medians of %u timed cycle(s). verify us =\n"
+               "device us of one window (all layers); /step, /T = verify us over one replay step, over T of\n"
+               "them (replay us, as above); accept us = rssm_pool_accept, wall clock; %%step = accept us /\n"
+               "replay us; fold us = the device fold of the full ring a cycle starts with (its first window's\n"
+               "excess over the others), per window, within verify us; us/token = (verify us + accept us) / k,\n"
+               "per row; xreplay,\n"
+               "xpacked = replay us, packed us over us/token (token throughput against single-token decode)\n\n",
+               o.cycles);
+        print_verify_header();
+    }
+    const int warm = !cpu && !llvmpipe; /* a GPU, whose clocks ramp up */
+    for (size_t i = 0; vrows && i < nrows; i++) {
+        const result_row *r = &rows[i];
+        if (!r->verify_base)
+            continue;
+        for (size_t ti = 0; ti < o.ndrafts; ti++) {
+            const uint32_t T = o.drafts[ti];
+            const char *status = "ok";
+            char note[512] = "";
+            if (strcmp(r->status, "ok") != 0) {
+                status = "skipped";
+                snprintf(note, sizeof note, "the replay row is %s", r->status);
+            } else if (T > r->L - 1) {
+                status = "unsupported";
+                snprintf(note, sizeof note, "T = %u needs L >= %u: a window's tokens stay below the flush", T,
+                         T + 1);
+            } else {
+                const rh_verdict v =
+                    check_config(b, &r->model, r->batch, RSSM_FLUSH_ALIGNED, T, o.seed, note, sizeof note);
+                if (v != RH_PASS)
+                    status = v == RH_SKIP ? "unsupported" : "incorrect";
+            }
+            for (size_t ai = 0; ai < o.naccept; ai++) {
+                verify_row *vr = &vrows[nv++];
+                vr->base = r;
+                vr->T = T;
+                vr->accept_pct = o.accept_pct[ai];
+                vr->k = (T * vr->accept_pct + 50) / 100;
+                vr->status = status;
+                snprintf(vr->note, sizeof vr->note, "%s", note);
+                verify_timing_clear(&vr->v);
+                if (strcmp(status, "ok") == 0 &&
+                    time_verify(b, &r->model, r->batch, T, vr->k, o.cycles, warm, o.seed, &vr->v, &err) != RSSM_OK) {
+                    vr->status = "error";
+                    snprintf(vr->note, sizeof vr->note, "verify: %s", err.message);
+                }
+                if (strcmp(vr->status, "incorrect") == 0 || strcmp(vr->status, "error") == 0)
+                    failed = 1;
+                print_verify_row(vr);
+            }
+        }
+    }
     int ok = 1;
-    if (out && rows)
-        ok = write_outputs(out, rows, nrows, bname, rssm_backend_device(b), &o, copy_bps);
-    if (!rows)
+    if (out && rows && (vrows || !vcap))
+        ok = write_outputs(out, rows, nrows, vrows, nv, bname, rssm_backend_device(b), &o, copy_bps);
+    const int oom = !rows || (vcap && !vrows);
+    if (oom)
         fprintf(stderr, "rssm bench: out of memory\n");
+    free(vrows);
     free(rows);
     rssm_backend_destroy(&b);
-    return failed || !ok || !rows ? 1 : 0;
+    return failed || !ok || oom ? 1 : 0;
 }

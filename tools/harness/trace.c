@@ -176,7 +176,7 @@ static rssm_status gen_windows(rh_trace *t, uint32_t W, rssm_error *err)
     t->accepted = calloc((size_t)t->windows * B, sizeof *t->accepted);
     if (!t->drafts || !t->accepted)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "trace: out of host memory");
-    const uint32_t pattern[4] = {1, 2, W / 2 ? W / 2 : 1, W};
+    const uint32_t pattern[4] = {1, W < 2 ? W : 2, W / 2 ? W / 2 : 1, W};
     for (uint32_t w = 0; w < rounds; w++)
         for (uint32_t r = 0; r < B; r++) {
             /* with fewer than four rows, the last one takes the whole window */
