@@ -13,7 +13,8 @@
 # has no Vulkan headers or shader compiler) and the loader packages in .gl/,
 # see docs/h200.md; "vulkan_layer": the per-layer entry's test on each
 # Vulkan variant, TEST_LAYER=path; "vulkan_ab": the Vulkan benchmark of
-# OLD_CLI and CLI side by side). VARIANTS: the CUDA variants to check (default all
+# OLD_CLI and CLI side by side; "verify": the speculative-decode windows of
+# rssm bench --verify). VARIANTS: the CUDA variants to check (default all
 # four); a variant that cannot run a case says so (SKIP). BENCH_ARGS replaces
 # the benchmark's sweep (VULKAN_BENCH_ARGS for the vulkan stage, whose
 # VULKAN_VARIANTS are benched: default "vulkan vulkan:coopmat") (default: GDN and KDA, fp32 and bf16 state, L = 16,
@@ -214,6 +215,21 @@ for a, b in zip(old["rows"], new["rows"]):
           f"   {per(a, 'flush_us'):7.2f} -> {per(b, 'flush_us'):7.2f}")
 PY
   done
+}
+
+# Speculative-decode verify (docs/design.md §9, docs/bench.md "Verify"):
+# windows of 2, 4 and 8 draft tokens at 100% and 50% acceptance against the
+# same run's replay and packed steps, on VERIFY_BACKEND (default cuda).
+stage_verify() {
+  local args=${VERIFY_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 64,256 --positions uniform --cycles 5 --verify 2,4,8 --accept 100,50"}
+  # shellcheck disable=SC2086
+  if timeout "${BENCH_TIMEOUT:-600}" "$CLI" bench --backend "${VERIFY_BACKEND:-cuda}" $args --out "$OUT_DIR/verify" \
+      >"$OUT_DIR/verify.txt" 2>&1; then
+    note "rssm bench --verify (${VERIFY_BACKEND:-cuda}): done"
+  else
+    note "rssm bench --verify (${VERIFY_BACKEND:-cuda}) FAILED or incomplete (rc $?)"
+  fi
+  sed -n '/verify us/,$p' "$OUT_DIR/verify.txt" | head -40
 }
 
 for st in $STAGES; do "stage_$st"; done
