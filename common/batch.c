@@ -93,14 +93,8 @@ static rssm_status batch_upload_unlocked(rssm_batch *b, uint32_t rows, const rss
 
 /* What a batch needs before any step runs on it: `rows` uploaded rows
  * and, for gates computed on the device, every layer's gate weights. */
-static rssm_status check_runnable(const rssm_batch *b, uint32_t rows, const char *who, rssm_error *err)
+rssm_status rssm_batch_check_gate_params(const rssm_batch *b, const char *who, rssm_error *err)
 {
-    if (rows == 0 || rows > b->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: rows = %u: must be in 1..%u", who, rows,
-                              b->max_rows);
-    if (rows != b->uploaded_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows, but the uploaded inputs have %u", who,
-                              rows, b->uploaded_rows);
     const rssm_model *m = &b->pool->model;
     if (m->gate_mode != RSSM_GATE_PRECOMPUTED)
         for (uint32_t l = 0; l < m->layers; l++)
@@ -110,6 +104,17 @@ static rssm_status check_runnable(const rssm_batch *b, uint32_t rows, const char
                                       "(rssm_batch_set_gate_params)",
                                       who, rssm_gate_mode_name(m->gate_mode), l);
     return RSSM_OK;
+}
+
+static rssm_status check_runnable(const rssm_batch *b, uint32_t rows, const char *who, rssm_error *err)
+{
+    if (rows == 0 || rows > b->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: rows = %u: must be in 1..%u", who, rows,
+                              b->max_rows);
+    if (rows != b->uploaded_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows, but the uploaded inputs have %u", who,
+                              rows, b->uploaded_rows);
+    return rssm_batch_check_gate_params(b, who, err);
 }
 
 static rssm_status batch_run_unlocked(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,

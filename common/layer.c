@@ -330,17 +330,31 @@ static rssm_status takes(const rssm_layer *l, bool buffers, const char *who, rss
                           who, l->backend->name);
 }
 
+/* rssm_layer_run and rssm_layer_materialise: the same checks on pointers,
+ * and the launch's addresses; *run is false for a call with nothing to do. */
+static rssm_status pointers(const rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, bool materialise,
+                            const char *who, bool *run, rssm_layer_io *io, rssm_error *err)
+{
+    *run = false;
+    if (!l || !t)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer and tensors must not be NULL", who);
+    rssm_status st = takes(l, false, who, err);
+    bool present[T_COUNT];
+    tensors_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, run, err)) != RSSM_OK || !*run)
+        return st;
+    *io = tensors_io(l, rows, t);
+    return RSSM_OK;
+}
+
 rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err)
 {
-    if (!l || !t)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer run: layer and tensors must not be NULL");
-    rssm_status st = takes(l, false, "layer run", err);
-    bool present[T_COUNT], run = false;
-    tensors_present(t, present);
-    if (st != RSSM_OK || (st = check_call(l, rows, present, false, "layer run", &run, err)) != RSSM_OK || !run)
+    bool run;
+    rssm_layer_io io;
+    rssm_status st = pointers(l, rows, t, false, "layer run", &run, &io, err);
+    if (st != RSSM_OK || !run)
         return st;
-    const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
     return b->ops->layer_run(b->ctx, l->dev, &io, stream, err);
 }
@@ -348,17 +362,12 @@ rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensor
 rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                                    rssm_error *err)
 {
-    if (!l || !t)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer materialise: layer and tensors must not be NULL");
-    rssm_status st = takes(l, false, "layer materialise", err);
-    bool present[T_COUNT], run = false;
-    tensors_present(t, present);
-    if (st != RSSM_OK || (st = check_call(l, rows, present, true, "layer materialise", &run, err)) != RSSM_OK ||
-        !run)
+    bool run;
+    rssm_layer_io io;
+    rssm_status st = pointers(l, rows, t, true, "layer materialise", &run, &io, err);
+    if (st != RSSM_OK || !run)
         return st;
     /* the backend replaces the step arrays and force with the fold's own */
-    const rssm_layer_io io = tensors_io(l, rows, t);
     rssm_backend *b = l->backend;
     return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
 }
@@ -383,35 +392,33 @@ rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot
     return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
 }
 
+/* rssm_layer_record and rssm_layer_record_materialise: the same checks on
+ * buffers, the backend's one recording of a step or of the fold. */
+static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
+                          bool materialise, const char *who, rssm_error *err)
+{
+    if (!l || !t || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
+                              who);
+    rssm_status st = takes(l, true, who, err);
+    bool present[T_COUNT], run = false;
+    buffers_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
+        return st;
+    rssm_backend *b = l->backend;
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, command_buffer, err);
+}
+
 rssm_status rssm_layer_record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
                               rssm_error *err)
 {
-    if (!l || !t || !command_buffer)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer record: layer, buffers and command buffer must not be NULL");
-    rssm_status st = takes(l, true, "layer record", err);
-    bool present[T_COUNT], run = false;
-    buffers_present(t, present);
-    if (st != RSSM_OK || (st = check_call(l, rows, present, false, "layer record", &run, err)) != RSSM_OK || !run)
-        return st;
-    rssm_backend *b = l->backend;
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, false, command_buffer, err);
+    return record(l, rows, t, command_buffer, false, "layer record", err);
 }
 
 rssm_status rssm_layer_record_materialise(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t,
                                           void *command_buffer, rssm_error *err)
 {
-    if (!l || !t || !command_buffer)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer record materialise: layer, buffers and command buffer must not be NULL");
-    rssm_status st = takes(l, true, "layer record materialise", err);
-    bool present[T_COUNT], run = false;
-    buffers_present(t, present);
-    if (st != RSSM_OK ||
-        (st = check_call(l, rows, present, true, "layer record materialise", &run, err)) != RSSM_OK || !run)
-        return st;
-    rssm_backend *b = l->backend;
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, true, command_buffer, err);
+    return record(l, rows, t, command_buffer, true, "layer record materialise", err);
 }
 
 rssm_status rssm_layer_record_advance(rssm_layer *l, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,

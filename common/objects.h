@@ -139,7 +139,8 @@ static inline void rssm_pool_unlock(struct rssm_pool *p)
  * every operation but accept, free and the write_pos query. */
 rssm_status rssm_pool_check_allocated(const rssm_pool *p, uint32_t slot, rssm_error *err);
 rssm_status rssm_pool_check_slot(const rssm_pool *p, uint32_t slot, rssm_error *err);
-/* The backend's copy of a slot's bytes into or from p->scratch (or `bytes`). */
+/* The backend's copy of a slot's whole block into or from `bytes`
+ * (layout.slot_bytes; p->scratch for the pool's own host-side work). */
 rssm_status rssm_pool_slot_read(rssm_pool *p, uint32_t slot, uint8_t *bytes, rssm_error *err);
 rssm_status rssm_pool_slot_write(rssm_pool *p, uint32_t slot, const uint8_t *bytes, rssm_error *err);
 /* Ends a slot's verify: frees what it held. */
@@ -147,11 +148,19 @@ void rssm_pool_verify_clear(rssm_pool *p, uint32_t slot);
 /* Starts a check of one call's rows: slot s is among those checked so
  * far when p->slot_mark[s] equals the returned mark (schedule.c). */
 uint32_t rssm_pool_marks_begin(rssm_pool *p);
+/* One row of such a check: its slot allocated, not named twice (two rows
+ * on one slot would both read its ring and race on its next entry), and
+ * not mid-verify, or (accepting: rssm_pool_accept's rows) mid-verify. */
+rssm_status rssm_pool_check_row_slot(rssm_pool *p, uint32_t mark, uint32_t slot, int accepting, const char *who,
+                                     rssm_error *err);
 /* A step's plan the device can run: distinct allocated slots, write_pos
  * inside the ring, is_flush as write_pos and force say, and (committing)
  * each write_pos the slot's own. `who` starts the message. */
 rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *plan, int committing,
                             const char *who, rssm_error *err);
+/* A batch of a RAW gate model has every layer's A_log and dt_bias
+ * (rssm_batch_set_gate_params) before anything runs on it (batch.c). */
+rssm_status rssm_batch_check_gate_params(const rssm_batch *b, const char *who, rssm_error *err);
 /* rssm_pool_commit of rows of a plan rssm_pool_plan made (batch.c): the
  * rows' checks were the plan's; this one only sees that no slot moved
  * since. A step's rows are validated once. */

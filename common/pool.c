@@ -137,16 +137,6 @@ rssm_status rssm_pool_slot_write(rssm_pool *p, uint32_t slot, const uint8_t *byt
     return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, bytes, err);
 }
 
-static rssm_status slot_read(rssm_pool *p, uint32_t slot, rssm_error *err)
-{
-    return p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, p->scratch, err);
-}
-
-static rssm_status slot_write(rssm_pool *p, uint32_t slot, rssm_error *err)
-{
-    return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, p->scratch, err);
-}
-
 static rssm_status pool_alloc_unlocked(rssm_pool *p, uint32_t *slot, rssm_error *err)
 {
     if (!p || !slot)
@@ -157,7 +147,7 @@ static rssm_status pool_alloc_unlocked(rssm_pool *p, uint32_t *slot, rssm_error 
     while (p->allocated[s])
         s++;
     memset(p->scratch, 0, p->layout.slot_bytes);
-    rssm_status st = slot_write(p, s, err);
+    rssm_status st = rssm_pool_slot_write(p, s, p->scratch, err);
     if (st != RSSM_OK)
         return st;
     p->allocated[s] = 1;
@@ -215,8 +205,9 @@ static rssm_status pool_materialise_unlocked(rssm_pool *p, uint32_t slot, rssm_e
         return st;
     if (p->write_pos[slot] == 0)
         return rssm_clear_error(err);
-    if ((st = slot_read(p, slot, err)) != RSSM_OK || (st = fold_scratch(p, slot, err)) != RSSM_OK ||
-        (st = slot_write(p, slot, err)) != RSSM_OK)
+    if ((st = rssm_pool_slot_read(p, slot, p->scratch, err)) != RSSM_OK ||
+        (st = fold_scratch(p, slot, err)) != RSSM_OK ||
+        (st = rssm_pool_slot_write(p, slot, p->scratch, err)) != RSSM_OK)
         return st;
     reset_cursor(p, slot);
     return rssm_clear_error(err);
@@ -229,8 +220,9 @@ static rssm_status pool_copy_unlocked(rssm_pool *p, uint32_t src, uint32_t dst, 
         return st;
     if (src == dst)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "copy: source and destination are both slot %u", src);
-    if ((st = rssm_pool_materialise(p, src, err)) != RSSM_OK || (st = slot_read(p, src, err)) != RSSM_OK ||
-        (st = slot_write(p, dst, err)) != RSSM_OK)
+    if ((st = rssm_pool_materialise(p, src, err)) != RSSM_OK ||
+        (st = rssm_pool_slot_read(p, src, p->scratch, err)) != RSSM_OK ||
+        (st = rssm_pool_slot_write(p, dst, p->scratch, err)) != RSSM_OK)
         return st;
     reset_cursor(p, dst);
     return rssm_clear_error(err);
@@ -241,7 +233,7 @@ static rssm_status pool_read_state_unlocked(rssm_pool *p, uint32_t slot, float *
     if (!state)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "read_state: state must not be NULL");
     rssm_status st = rssm_pool_check_slot(p, slot, err);
-    if (st != RSSM_OK || (st = slot_read(p, slot, err)) != RSSM_OK)
+    if (st != RSSM_OK || (st = rssm_pool_slot_read(p, slot, p->scratch, err)) != RSSM_OK)
         return st;
     rssm_slot_fold(&p->model, &p->layout, p->scratch, p->write_pos[slot], state);
     return rssm_clear_error(err);
@@ -268,7 +260,7 @@ static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const 
                                   (double)state[i]);
         }
     rssm_slot_store(&p->model, &p->layout, p->scratch, state);
-    if ((st = slot_write(p, slot, err)) != RSSM_OK)
+    if ((st = rssm_pool_slot_write(p, slot, p->scratch, err)) != RSSM_OK)
         return st;
     reset_cursor(p, slot);
     return rssm_clear_error(err);

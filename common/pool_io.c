@@ -75,7 +75,7 @@ static rssm_status pool_export_unlocked(rssm_pool *p, uint32_t slot, void *bytes
     if (size < rssm_pool_export_size(p))
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "export: buffer of %zu bytes, %zu needed", size,
                               rssm_pool_export_size(p));
-    st = p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, p->scratch, err);
+    st = rssm_pool_slot_read(p, slot, p->scratch, err);
     if (st != RSSM_OK)
         return st;
     rssm_slot_clear_uncommitted(&p->model, &p->layout, p->scratch, p->write_pos[slot]);
@@ -133,7 +133,7 @@ static rssm_status pool_import_unlocked(rssm_pool *p, uint32_t slot, const void 
     char why[160];
     if (!rssm_slot_validate(&p->model, &p->layout, payload, h.write_pos, why, sizeof why))
         return rssm_set_error(err, RSSM_ERR_FORMAT, "import: %s", why);
-    st = p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, payload, err);
+    st = rssm_pool_slot_write(p, slot, payload, err);
     if (st != RSSM_OK)
         return st;
     /* Imported slots join the staggered policy like new ones; one that is

@@ -17,13 +17,14 @@ uint32_t rssm_pool_marks_begin(rssm_pool *p)
     return p->mark;
 }
 
-/* A batch row's slot must be allocated and must not repeat: two rows on one
- * slot would both read the same ring and race on its next entry. */
-static rssm_status check_row_slot(rssm_pool *p, uint32_t mark, uint32_t slot, const char *who, rssm_error *err)
+rssm_status rssm_pool_check_row_slot(rssm_pool *p, uint32_t mark, uint32_t slot, int accepting, const char *who,
+                                     rssm_error *err)
 {
-    rssm_status st = rssm_pool_check_slot(p, slot, err);
+    rssm_status st = accepting ? rssm_pool_check_allocated(p, slot, err) : rssm_pool_check_slot(p, slot, err);
     if (st != RSSM_OK)
         return st;
+    if (accepting && p->verify[slot].drafts == 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: slot %u is not mid-verify", who, slot);
     if (p->slot_mark[slot] == mark)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: slot %u appears twice in the batch", who, slot);
     p->slot_mark[slot] = mark;
@@ -42,7 +43,7 @@ static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const uint32_t s = slots[r];
-        if ((st = check_row_slot(p, mark, s, "plan", err)) != RSSM_OK)
+        if ((st = rssm_pool_check_row_slot(p, mark, s, 0, "plan", err)) != RSSM_OK)
             break;
         if (seq_len_after[r] == 0) {
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
@@ -69,7 +70,7 @@ rssm_status rssm_plan_check(rssm_pool *p, uint32_t rows, const rssm_row_plan *pl
     rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const rssm_row_plan *row = &plan[r];
-        if ((st = check_row_slot(p, mark, row->slot, who, err)) != RSSM_OK)
+        if ((st = rssm_pool_check_row_slot(p, mark, row->slot, 0, who, err)) != RSSM_OK)
             break;
         if (committing && row->write_pos != p->write_pos[row->slot])
             st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,

@@ -46,24 +46,14 @@ static rssm_status check_verify(rssm_batch *b, uint32_t rows, const uint32_t *sl
     if (rows == 0 || rows > b->max_rows)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "verify: rows = %u: must be in 1..%u", rows,
                               b->max_rows);
-    const rssm_model *m = &p->model;
-    if (m->gate_mode != RSSM_GATE_PRECOMPUTED)
-        for (uint32_t l = 0; l < m->layers; l++)
-            if (!b->gate_params_set[l])
-                return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                      "verify: %s gates need A_log and dt_bias; layer %u has none "
-                                      "(rssm_batch_set_gate_params)",
-                                      rssm_gate_mode_name(m->gate_mode), l);
+    rssm_status st = rssm_batch_check_gate_params(b, "verify", err);
+    if (st != RSSM_OK)
+        return st;
     const uint32_t most = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, mark = rssm_pool_marks_begin(p);
     *t_max = 0;
     for (uint32_t r = 0; r < rows; r++) {
-        const uint32_t s = slots[r];
-        rssm_status st = rssm_pool_check_slot(p, s, err);
-        if (st != RSSM_OK)
+        if ((st = rssm_pool_check_row_slot(p, mark, slots[r], 0, "verify", err)) != RSSM_OK)
             return st;
-        if (p->slot_mark[s] == mark)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "verify: slot %u appears twice in the batch", s);
-        p->slot_mark[s] = mark;
         if (drafts[r] == 0 || drafts[r] > most)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                   "verify: row %u has %u draft tokens: must be in 1..%u (L - 1, at most "
@@ -151,9 +141,8 @@ static rssm_step_inputs token_inputs(const rssm_step_inputs *in, const token_byt
 }
 
 /* Tokens first .. t_max - 1 of a window as one launch each: of every row,
- * or (only) of the rows whose only[r] is set, from their start[r] on (the
- * others' outputs left as they are). A token's outputs are zero past its
- * row's window. */
+ * or (start) of the rows from their start[r] on, the others' outputs left
+ * as they are. */
 static rssm_status tokens_from(rssm_batch *b, uint32_t rows, const uint32_t *slots, const uint32_t *drafts,
                                const uint32_t *start, uint32_t first, uint32_t t_max, const rssm_step_inputs *in,
                                void *out, rssm_error *err)
@@ -173,14 +162,10 @@ static rssm_status tokens_from(rssm_batch *b, uint32_t rows, const uint32_t *slo
             (st = run_token(b, rows, slots, drafts, only, t, err)) != RSSM_OK ||
             (st = be->ops->batch_download(be->ctx, b->dev, rows, start ? all : o, err)) != RSSM_OK)
             break;
-        for (uint32_t l = 0; l < b->params.layers; l++)
-            for (uint32_t r = 0; r < rows; r++) {
-                const size_t at = ((size_t)l * rows + r) * row_out;
-                if (drafts[r] <= t)
-                    memset(o + at, 0, row_out);
-                else if (start && only[r])
-                    memcpy(o + at, all + at, row_out);
-            }
+        for (uint32_t l = 0; start && l < b->params.layers; l++)
+            for (uint32_t r = 0; r < rows; r++)
+                if (only[r])
+                    memcpy(o + ((size_t)l * rows + r) * row_out, all + ((size_t)l * rows + r) * row_out, row_out);
     }
     free(only);
     free(all);
@@ -203,14 +188,7 @@ static rssm_status window_at_once(rssm_batch *b, uint32_t rows, const uint32_t *
     rssm_status st = be->ops->batch_verify(be->ctx, b->dev, rows, b->header, drafts, t_max, in, out, start, err);
     if (st == RSSM_OK) {
         b->last_seconds += be->ops->batch_last_run_seconds(be->ctx, b->dev);
-        const token_bytes tb = token_bytes_of(b, rows);
-        const size_t row_out = tb.out / b->params.layers / rows;
         uint32_t first = UINT32_MAX;
-        for (uint32_t t = 0; t < t_max; t++)
-            for (uint32_t l = 0; l < b->params.layers; l++)
-                for (uint32_t r = 0; r < rows; r++)
-                    if (drafts[r] <= t)
-                        memset((uint8_t *)out + t * tb.out + ((size_t)l * rows + r) * row_out, 0, row_out);
         for (uint32_t r = 0; r < rows; r++)
             first = start[r] < first ? start[r] : first;
         if (first < t_max)
@@ -246,10 +224,13 @@ static rssm_status fold_full_rings(rssm_batch *b, uint32_t rows, const uint32_t 
             st = rssm_pool_materialise(p, b->rerun_plan[i].slot, err);
         return st;
     }
+    /* one zero block serves every step array: the largest (k is q's size,
+     * beta no larger than the gate's) */
     rssm_io_sizes z;
     rssm_io_sizes_init(&z, &b->params, folds);
-    const size_t L = b->params.layers, most = z.q > z.v ? (z.q > z.gate ? z.q : z.gate) : (z.v > z.gate ? z.v : z.gate);
-    uint8_t *zeros = calloc(L * most, 1);
+    size_t most = z.q > z.v ? z.q : z.v;
+    most = z.gate > most ? z.gate : most;
+    uint8_t *zeros = calloc(b->params.layers * most, 1);
     if (!zeros)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "verify: out of host memory");
     const rssm_step_inputs nothing = {zeros, zeros, zeros, (const float *)(const void *)zeros,
@@ -291,6 +272,14 @@ static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t 
         undo(p, rows, slots);
         return st;
     }
+    /* past a row's window its outputs are zero, whatever the launches left */
+    const token_bytes tb = token_bytes_of(b, rows);
+    const size_t row_out = tb.out / b->params.layers / rows;
+    for (uint32_t t = 0; t < t_max; t++)
+        for (uint32_t l = 0; l < b->params.layers; l++)
+            for (uint32_t r = 0; r < rows; r++)
+                if (drafts[r] <= t)
+                    memset((uint8_t *)out + t * tb.out + ((size_t)l * rows + r) * row_out, 0, row_out);
     b->timed = 1;
     return rssm_clear_error(err);
 }
@@ -348,14 +337,9 @@ static rssm_status accept_unlocked(rssm_pool *p, uint32_t rows, const uint32_t *
     int folds = 0;
     for (uint32_t r = 0; r < rows; r++) {
         const uint32_t s = slots[r];
-        rssm_status st = rssm_pool_check_allocated(p, s, err);
+        rssm_status st = rssm_pool_check_row_slot(p, mark, s, 1, "accept", err);
         if (st != RSSM_OK)
             return st;
-        if (p->slot_mark[s] == mark)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: slot %u appears twice", s);
-        p->slot_mark[s] = mark;
-        if (p->verify[s].drafts == 0)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: slot %u is not mid-verify", s);
         accept_plan a = {0, 0, 0};
         if ((st = plan_accept(p, s, accepted[r], seq_len_after[r], interval, &a, err)) != RSSM_OK)
             return st;

@@ -142,6 +142,28 @@ uint32_t step_buf_fill(step_buf *s, const rh_trace *t, uint32_t step, const uint
 
 /* ------------------------------------------------------------ the oracle */
 
+void rh_put_ref(rh_prepared *p, uint32_t step, const double *out, uint32_t rows, uint32_t at)
+{
+    const rh_trace *t = &p->trace;
+    const rssm_model *m = &t->model;
+    const size_t w = (size_t)m->num_v_heads * m->head_v;
+    double *dst = p->ref_out + step * rh_trace_v_per_step(t);
+    for (uint32_t l = 0; l < m->layers; l++)
+        memcpy(dst + ((size_t)l * t->batch + (at == UINT32_MAX ? 0 : at)) * w, out + (size_t)l * rows * w,
+               rows * w * sizeof(double));
+}
+
+void rh_put_out(float *outs, const rh_trace *t, rssm_dtype io, uint32_t step, const void *out, uint32_t rows)
+{
+    const rssm_model *m = &t->model;
+    const size_t w = (size_t)m->num_v_heads * m->head_v;
+    float *dst = outs + step * rh_trace_v_per_step(t);
+    memset(dst, 0, rh_trace_v_per_step(t) * sizeof(float));
+    for (uint32_t l = 0; l < m->layers; l++)
+        for (size_t i = 0; i < rows * w; i++)
+            dst[(size_t)l * t->batch * w + i] = rssm_load(out, io, (size_t)l * rows * w + i);
+}
+
 static rssm_status run_oracle(rh_prepared *p, rssm_error *err)
 {
     if (p->trace.drafts)
@@ -180,11 +202,7 @@ static rssm_status run_oracle(rh_prepared *p, rssm_error *err)
         uint32_t rows = step_buf_fill(&s, t, step, NULL);
         if ((st = rssm_oracle_step(o, rows, s.slots, &s.in, out, err)) != RSSM_OK)
             goto done;
-        /* [layers][rows][HV][V] -> [layers][B][HV][V] */
-        size_t w = (size_t)m->num_v_heads * m->head_v;
-        for (uint32_t l = 0; l < m->layers; l++)
-            memcpy(p->ref_out + step * per_out + (size_t)l * t->batch * w, out + (size_t)l * rows * w,
-                   rows * w * sizeof(double));
+        rh_put_ref(p, step, out, rows, UINT32_MAX);
     }
     for (uint32_t i = 0; i < t->slots; i++)
         if ((st = rssm_oracle_get_state(o, i, p->ref_state + i * per_state, err)) != RSSM_OK)
@@ -411,11 +429,7 @@ static rssm_status run_backend(const rh_prepared *p, const rssm_model *m, rssm_b
                                 "computed as NaN)", step, l, r, hv, bad % m->head_v);
             break;
         }
-        float *dst = outs + step * per_out;
-        memset(dst, 0, per_out * sizeof(float));
-        for (uint32_t l = 0; l < m->layers; l++)
-            for (size_t i = 0; i < rows * w; i++)
-                dst[(size_t)l * t->batch * w + i] = rssm_load(out, m->io_dtype, (size_t)l * rows * w + i);
+        rh_put_out(outs, t, m->io_dtype, step, out, rows);
     }
     if (st == RSSM_OK && cur != &main_e)
         st = rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "the trace ended before the slots moved back");

@@ -36,6 +36,13 @@ rssm_status engine_open(engine *e, rssm_backend *b, const rh_trace *t, const rss
                         rssm_flush_policy policy, int write_init, rssm_error *err);
 void engine_close(engine *e);
 
+/* One step's outputs, [layers][rows][HV][V], into step `step` of a
+ * trace's [T][layers][B][HV][V]: the oracle's doubles into ref_out at row
+ * `at` (one row) or from row 0 (at = UINT32_MAX); a backend's, in dtype
+ * io, as fp32 into outs, the step's other rows zero. */
+void rh_put_ref(rh_prepared *p, uint32_t step, const double *out, uint32_t rows, uint32_t at);
+void rh_put_out(float *outs, const rh_trace *t, rssm_dtype io, uint32_t step, const void *out, uint32_t rows);
+
 /* 1 if none of n values of dtype dt is NaN or infinite; else 0 and the
  * first such index in *first_bad. */
 int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad);

@@ -40,19 +40,6 @@ static void row_of(step_buf *one, const step_buf *all, const rssm_model *m, uint
     }
 }
 
-/* [layers][rows][w] doubles into step `step`'s [layers][B][w] block of
- * ref_out, at row `at` (a one-row step) or every row (at = UINT32_MAX). */
-static void put_ref(rh_prepared *p, uint32_t step, const double *out, uint32_t rows, uint32_t at)
-{
-    const rh_trace *t = &p->trace;
-    const rssm_model *m = &t->model;
-    const size_t w = (size_t)m->num_v_heads * m->head_v;
-    double *dst = p->ref_out + step * rh_trace_v_per_step(t);
-    for (uint32_t l = 0; l < m->layers; l++)
-        memcpy(dst + ((size_t)l * t->batch + (at == UINT32_MAX ? 0 : at)) * w, out + (size_t)l * rows * w,
-               rows * w * sizeof(double));
-}
-
 /* Whether engine step e verifies windows (else every row decodes once). */
 static int is_window(const rh_trace *t, uint32_t e) { return drafts_of(t, e, 0) > 0; }
 
@@ -88,7 +75,7 @@ rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err)
         if (!is_window(t, e)) {
             const uint32_t rows = step_buf_fill(&s, t, s0, NULL);
             if ((st = rssm_oracle_step(o, rows, s.slots, &s.in, out, err)) == RSSM_OK)
-                put_ref(p, s0, out, rows, UINT32_MAX);
+                rh_put_ref(p, s0, out, rows, UINT32_MAX);
             continue;
         }
         for (uint32_t r = 0; r < rh_trace_rows(t, s0) && st == RSSM_OK; r++) {
@@ -100,7 +87,7 @@ rssm_status rh_verify_oracle(rh_prepared *p, rssm_error *err)
                 const uint32_t rows = step_buf_fill(&s, t, s0 + x, NULL);
                 row_of(&one, &s, m, rows, r);
                 if ((st = rssm_oracle_step(o, 1, &spare, &one.in, out, err)) == RSSM_OK)
-                    put_ref(p, s0 + x, out, 1, r);
+                    rh_put_ref(p, s0 + x, out, 1, r);
             }
             /* ... and the slot's state advanced by the accepted ones */
             for (uint32_t x = 0; x < k && st == RSSM_OK; x++) {
@@ -120,19 +107,6 @@ done:
         step_buf_free(&one);
     free(out);
     return st;
-}
-
-/* The io-dtype outputs [layers][rows][w] of one token into step `step` of
- * outs, as fp32. */
-static void put_out(float *outs, const rh_trace *t, uint32_t step, const void *out, uint32_t rows)
-{
-    const rssm_model *m = &t->model;
-    const size_t w = (size_t)m->num_v_heads * m->head_v;
-    float *dst = outs + step * rh_trace_v_per_step(t);
-    memset(dst, 0, rh_trace_v_per_step(t) * sizeof(float));
-    for (uint32_t l = 0; l < m->layers; l++)
-        for (size_t i = 0; i < rows * w; i++)
-            dst[(size_t)l * t->batch * w + i] = rssm_load(out, m->io_dtype, (size_t)l * rows * w + i);
 }
 
 rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backend *b, float *outs, float *states,
@@ -167,7 +141,7 @@ rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backen
                 rssm_set_error(err, e2.status, "step %u: %s", s0, e2.message);
                 break;
             }
-            put_out(outs, t, s0, out, rows);
+            rh_put_out(outs, t, m->io_dtype, s0, out, rows);
             continue;
         }
         const uint32_t rows = rh_trace_rows(t, s0), tokens = rh_trace_window_width(t, w);
@@ -210,7 +184,7 @@ rssm_status rh_verify_run(const rh_prepared *p, const rssm_model *m, rssm_backen
             break;
         }
         for (uint32_t x = 0; x < tokens && st == RSSM_OK; x++)
-            put_out(outs, t, s0 + x, out + x * tv, rows);
+            rh_put_out(outs, t, m->io_dtype, s0 + x, out + x * tv, rows);
         if (st == RSSM_OK &&
             (st = rssm_pool_accept(e.pool, rows, slots, accepted, after, t->snapshot_interval, err)) != RSSM_OK) {
             rssm_error e2 = *err;
