@@ -107,7 +107,10 @@ typedef struct rssm_backend_ops {
      * would have run it. first_overflow[r] is the first token of row r
      * whose ring entry its dtype could not hold (the row's later tokens
      * are then left undone), or UINT32_MAX. Device seconds in
-     * batch_last_run_seconds. */
+     * batch_last_run_seconds. RSSM_ERR_UNSUPPORTED, before anything has
+     * changed, hands the window back: common code runs it one batch_run
+     * per token (the cuda backend does so for windows of one token, which
+     * stay bit for bit a step, and for rings its kernel does not take). */
     rssm_status (*batch_verify)(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
                                 const uint32_t *drafts, uint32_t t_max, const rssm_step_inputs *in, void *out,
                                 uint32_t *first_overflow, rssm_error *err);

@@ -267,7 +267,9 @@ static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t 
     for (uint32_t r = 0; r < rows; r++)
         p->verify[slots[r]] = (rssm_verify_state){.drafts = drafts[r], .base = p->write_pos[slots[r]]};
     st = p->backend->ops->batch_verify ? window_at_once(b, rows, slots, drafts, t_max, in, out, err)
-                                       : tokens_from(b, rows, slots, drafts, NULL, 0, t_max, in, out, err);
+                                       : RSSM_ERR_UNSUPPORTED;
+    if (st == RSSM_ERR_UNSUPPORTED) /* no window of the backend's own for these rows */
+        st = tokens_from(b, rows, slots, drafts, NULL, 0, t_max, in, out, err);
     if (st != RSSM_OK) {
         undo(p, rows, slots);
         return st;

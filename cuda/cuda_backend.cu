@@ -58,6 +58,14 @@ struct CudaBatch {
     cudaGraphExec_t exec;
     cudaEvent_t start, stop;
     double last_seconds;
+    /* The speculative-decode window's own buffers (cuda_batch_verify), made
+     * on the first window and grown to the largest: one layer's step arrays
+     * for win_rows rows (a window's tokens times its rows), its tokens'
+     * records, its rows' token counts and first overflowing tokens. */
+    uint32_t win_rows;
+    void *wq, *wk, *wv, *wgate, *wbeta, *wout;
+    float *wscratch;
+    uint32_t *wdrafts, *wfirst;
 };
 
 /* Makes the context's device current for the rest of a scope, and the
@@ -278,6 +286,23 @@ rssm_status cuda_slot_write(void *ctx, void *pool, uint32_t slot, const void *by
     return rssm_clear_error(err);
 }
 
+void window_free(CudaBatch *b)
+{
+    cudaFree(b->wq);
+    cudaFree(b->wk);
+    cudaFree(b->wv);
+    cudaFree(b->wgate);
+    cudaFree(b->wbeta);
+    cudaFree(b->wout);
+    cudaFree(b->wscratch);
+    cudaFree(b->wdrafts);
+    cudaFree(b->wfirst);
+    b->wscratch = nullptr;
+    b->wq = b->wk = b->wv = b->wgate = b->wbeta = b->wout = nullptr;
+    b->wdrafts = b->wfirst = nullptr;
+    b->win_rows = 0;
+}
+
 void batch_free(CudaBatch *b)
 {
     if (b->exec)
@@ -302,6 +327,7 @@ void batch_free(CudaBatch *b)
     cudaFree(b->work);
     cudaFree(b->overflow_dev);
     cudaFreeHost(b->overflow_host);
+    window_free(b);
     free(b);
 }
 
@@ -510,6 +536,103 @@ double cuda_batch_last_run_seconds(void *ctx, void *batch)
 {
     (void)ctx;
     return static_cast<const CudaBatch *>(batch)->last_seconds;
+}
+
+/* Window buffers for `rows` rows of `t_max` tokens, one layer, and their
+ * records, kept when large enough. */
+rssm_status window_reserve(CudaBatch *b, uint32_t rows, uint32_t t_max, rssm_error *err)
+{
+    const uint32_t need = rows * t_max;
+    if (need <= b->win_rows)
+        return RSSM_OK;
+    window_free(b);
+    const rssm_kernel_params &p = b->params;
+    const size_t max_rows = p.max_rows;
+    CK(cudaMalloc(&b->wq, need * b->row.q));
+    CK(cudaMalloc(&b->wk, need * b->row.k));
+    CK(cudaMalloc(&b->wv, need * b->row.v));
+    CK(cudaMalloc(&b->wgate, need * b->row.gate));
+    CK(cudaMalloc(&b->wbeta, need * b->row.beta));
+    CK(cudaMalloc(&b->wout, need * b->row.out));
+    /* a record per token of each (row, value head): one per step-array row */
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->wscratch), rssm_cuda_window_scratch_bytes(&p, need, 1u)));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->wdrafts), max_rows * sizeof(uint32_t)));
+    CK(cudaMalloc(reinterpret_cast<void **>(&b->wfirst), max_rows * sizeof(uint32_t)));
+    b->win_rows = need;
+    return RSSM_OK;
+}
+
+/* The fewest draft tokens the window kernels run. On the H200 a window of
+ * 4 took 0.84-0.90x the device time of its 4 steps and one of 8 took
+ * 0.73-0.80x, but a window of 2 took 1.16-1.26x of its 2 steps
+ * (bench/results/h200_verify): below 4 the steps are the faster way. One
+ * token must be a step anyway, bit for bit (docs/design.md §9). */
+constexpr uint32_t kWindowMinTokens = 4;
+
+/* The window of every row at once (window_kernel.cu), layer by layer: the
+ * layer's tokens up, the window's launches, its outputs down. Windows the
+ * kernels do not take (fewer than kWindowMinTokens tokens, rings beyond the
+ * stream kernels') are handed back to common code, which runs them one step
+ * per token. */
+rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
+                              const uint32_t *drafts, uint32_t t_max, const rssm_step_inputs *in, void *out,
+                              uint32_t *first_overflow, rssm_error *err)
+{
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    CudaBatch *b = static_cast<CudaBatch *>(batch);
+    const rssm_kernel_params &p = b->params;
+    if (t_max < kWindowMinTokens || !rssm_cuda_window_supported(&p))
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: this window runs one step per token");
+    rssm_status st = window_reserve(b, rows, t_max, err);
+    if (st != RSSM_OK)
+        return st;
+    CK(rssm_cuda_window_prepare(&p));
+    b->header_host[RSSM_HEADER_ROWS] = rows;
+    memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
+    CK(cudaMemcpyAsync(b->header_dev, b->header_host, 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows),
+                       cudaMemcpyHostToDevice, c->stream));
+    CK(cudaMemcpyAsync(b->wdrafts, drafts, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
+    CK(cudaMemsetAsync(b->wfirst, 0xff, rows * sizeof(uint32_t), c->stream));
+    const size_t layers = p.layers;
+    const size_t win = (size_t)rows; /* one token's rows */
+    double seconds = 0.0;
+    for (uint32_t l = 0; l < p.layers; ++l) {
+        /* token t's rows of layer l: host block [t][l], device block t */
+        const struct {
+            void *dst;
+            const void *src;
+            size_t bytes;
+        } up[] = {
+            {b->wq, in->q, b->row.q},       {b->wk, in->k, b->row.k},
+            {b->wv, in->v, b->row.v},       {b->wgate, in->gate, b->row.gate},
+            {b->wbeta, in->beta, b->row.beta},
+        };
+        for (const auto &u : up)
+            CK(cudaMemcpy2DAsync(u.dst, win * u.bytes, static_cast<const uint8_t *>(u.src) + l * win * u.bytes,
+                                 layers * win * u.bytes, win * u.bytes, t_max, cudaMemcpyHostToDevice, c->stream));
+        rssm_cuda_buffers buf = batch_buffers(b, l, b->header_dev);
+        buf.io.q = static_cast<const uint8_t *>(b->wq);
+        buf.io.k = static_cast<const uint8_t *>(b->wk);
+        buf.io.v = static_cast<const uint8_t *>(b->wv);
+        buf.io.gate = static_cast<const uint8_t *>(b->wgate);
+        buf.io.beta = static_cast<const uint8_t *>(b->wbeta);
+        buf.io.out = static_cast<uint8_t *>(b->wout);
+        buf.io.overflow = b->wfirst;
+        buf.scratch = b->wscratch;
+        CK(cudaEventRecord(b->start, c->stream));
+        CK(rssm_cuda_window_launch(&p, &buf, b->wdrafts, rows, t_max, c->stream));
+        CK(cudaEventRecord(b->stop, c->stream));
+        CK(cudaMemcpy2DAsync(static_cast<uint8_t *>(out) + l * win * b->row.out, layers * win * b->row.out, b->wout,
+                             win * b->row.out, win * b->row.out, t_max, cudaMemcpyDeviceToHost, c->stream));
+        CK(cudaStreamSynchronize(c->stream));
+        float ms = 0.0f;
+        CK(cudaEventElapsedTime(&ms, b->start, b->stop));
+        seconds += (double)ms * 1e-3;
+    }
+    CK(cudaMemcpy(first_overflow, b->wfirst, rows * sizeof(uint32_t), cudaMemcpyDeviceToHost));
+    b->last_seconds = seconds;
+    return rssm_clear_error(err);
 }
 
 /* The median and fastest device seconds of `reps` event-timed runs of
@@ -840,7 +963,7 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_batch_download,
     cuda_batch_last_run_seconds,
     cuda_batch_time_steps,
-    nullptr, /* batch_verify: a window runs as one batch_run per token (common/verify.c) */
+    cuda_batch_verify,
     cuda_copy_bandwidth,
     cuda_pool_inplace_seconds,
     /* matrix_dtype: the tensor-core flush splits its operands into hi + lo

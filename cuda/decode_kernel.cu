@@ -56,61 +56,6 @@ namespace {
 
 using namespace rssm_kc;
 
-/* ------------------------------------------------------------ cp.async */
-
-__device__ __forceinline__ uint32_t smem_u32(const void *p)
-{
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async8(void *dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_async4(void *dst, const void *src)
-{
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-
-/* Waits until at most `pending` committed groups are still in flight. */
-__device__ __forceinline__ void cp_wait(uint32_t pending)
-{
-    switch (pending) {
-    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
-    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
-    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
-    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
-    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
-    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
-    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
-    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
-    }
-}
-
-/* `bytes` (a multiple of 4) from global to shared memory, spread over the
- * CTA, in the widest copies the alignment of both ends allows. */
-__device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t bytes, int tid, int nthr)
-{
-    const uintptr_t al = reinterpret_cast<uintptr_t>(src) | smem_u32(dst) | bytes;
-    uint8_t *d = static_cast<uint8_t *>(dst);
-    const uint8_t *s = static_cast<const uint8_t *>(src);
-    if ((al & 15u) == 0) {
-        for (uint32_t i = tid; i < bytes / 16u; i += nthr)
-            cp_async16(d + 16u * i, s + 16u * i);
-    } else if ((al & 7u) == 0) {
-        for (uint32_t i = tid; i < bytes / 8u; i += nthr)
-            cp_async8(d + 8u * i, s + 8u * i);
-    } else {
-        for (uint32_t i = tid; i < bytes / 4u; i += nthr)
-            cp_async4(d + 4u * i, s + 4u * i);
-    }
-}
-
 /* ------------------------------------------------------ shared memory */
 
 /* Byte offsets in dynamic shared memory, computed on the host from the
@@ -363,8 +308,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 float gv = gate_bf16 ? load_io(IO.gate + io_row * IO.gate_row, (size_t)hv * Kg + cg, true) : sGate[cg];
                 if (raw) {
                     const float dt = __ldg(IO.dt_bias + (size_t)hv * Kg + cg);
-                    gv = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(gv + dt)
-                                                           : p.gate_lower_bound * sigmoid(A * (gv + dt));
+                    gv = raw_gate(p, gv, dt, A);
                 }
                 const float alpha = expf(gv);
                 if (append_g && (kda || c == 0))

@@ -1,6 +1,6 @@
 /*
  * Helpers shared by the decode kernels (decode_kernel.cu, stream_kernel.cu,
- * bulk_kernel.cu): the state, ring and io dtypes to and from fp32, 16- or
+ * bulk_kernel.cu, window_kernel.cu): the state, ring and io dtypes to and from fp32, 16- or
  * 8-byte vectors of checkpoint values, the gate functions, and a step's
  * per-channel inputs of one (row, value head). Device code only, all inline
  * (each .cu is compiled whole, without device linking).
@@ -11,6 +11,7 @@
 #include "rssm_layout.h"
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <cuda_fp16.h>
 #include <stdint.h>
 
@@ -107,6 +108,91 @@ __device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float 
                      "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
                      : "+f"(d0), "+f"(d1), "+f"(d2), "+f"(d3)
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* ------------------------------------------------------------ cp.async */
+
+/* Asynchronous copies global -> shared (sm_80+), for the kernels that stage
+ * what they load (decode_kernel.cu, stream_kernel.cu, window_kernel.cu). */
+
+__device__ __forceinline__ uint32_t smem_u32(const void *p)
+{
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+__device__ __forceinline__ void cp_async16(void *dst, const void *src)
+{
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async8(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 8;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_async4(void *dst, const void *src)
+{
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(smem_u32(dst)), "l"(src) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+
+/* Waits until at most `pending` committed groups are still in flight. */
+__device__ __forceinline__ void cp_wait(uint32_t pending)
+{
+    switch (pending) {
+    case 0: asm volatile("cp.async.wait_group 0;\n" ::: "memory"); break;
+    case 1: asm volatile("cp.async.wait_group 1;\n" ::: "memory"); break;
+    case 2: asm volatile("cp.async.wait_group 2;\n" ::: "memory"); break;
+    case 3: asm volatile("cp.async.wait_group 3;\n" ::: "memory"); break;
+    case 4: asm volatile("cp.async.wait_group 4;\n" ::: "memory"); break;
+    case 5: asm volatile("cp.async.wait_group 5;\n" ::: "memory"); break;
+    case 6: asm volatile("cp.async.wait_group 6;\n" ::: "memory"); break;
+    default: asm volatile("cp.async.wait_group 7;\n" ::: "memory"); break;
+    }
+}
+
+/* `bytes` (a multiple of 4) from global to shared memory, spread over the
+ * CTA, in the widest copies the alignment of both ends allows. */
+__device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t bytes, int tid, int nthr)
+{
+    const uintptr_t al = reinterpret_cast<uintptr_t>(src) | smem_u32(dst) | bytes;
+    uint8_t *d = static_cast<uint8_t *>(dst);
+    const uint8_t *s = static_cast<const uint8_t *>(src);
+    if ((al & 15u) == 0) {
+        for (uint32_t i = tid; i < bytes / 16u; i += nthr)
+            cp_async16(d + 16u * i, s + 16u * i);
+    } else if ((al & 7u) == 0) {
+        for (uint32_t i = tid; i < bytes / 8u; i += nthr)
+            cp_async8(d + 8u * i, s + 8u * i);
+    } else {
+        for (uint32_t i = tid; i < bytes / 4u; i += nthr)
+            cp_async4(d + 4u * i, s + 4u * i);
+    }
+}
+
+/* Programmatic dependent launch (sm_90): a kernel whose results the next
+ * launch needs lets it start early (pdl_launch_dependents), and the next one
+ * waits where it needs them (pdl_wait), so its own loads go out meanwhile.
+ * Both are no-ops for a kernel launched without the attribute. */
+__device__ __forceinline__ void pdl_launch_dependents()
+{
+    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+}
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+
+/* Launches fn(a) as a programmatic dependent of the launch before it on
+ * `stream` (capturable). */
+template <typename Args>
+inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cudaStream_t stream, const Args &a)
+{
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = 1;
+    return cudaLaunchKernelEx(&cfg, fn, a);
 }
 
 /* A launch's row (rssm_layer_io) as the kernels use it, decoded in one
@@ -238,6 +324,28 @@ __device__ __forceinline__ float softplus(float x)
 
 __device__ __forceinline__ float sigmoid(float x) { return 1.0f / (1.0f + expf(-x)); }
 
+/* The log-decay g of a raw gate input x (rssm.h's gate modes), its weights
+ * A = exp(A_log) and dt_bias dt. */
+__device__ __forceinline__ float raw_gate(const rssm_kernel_params &p, float x, float dt, float A)
+{
+    return p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(x + dt) : p.gate_lower_bound * sigmoid(A * (x + dt));
+}
+
+/* The factors that normalise q (and scale it) and k, from their sums of
+ * squares. */
+struct QKNorm {
+    float qn, kn;
+};
+__device__ __forceinline__ QKNorm qk_norm(const rssm_kernel_params &p, float sq, float sk)
+{
+    QKNorm n = {p.q_scale, 1.0f};
+    if (p.flags & RSSM_FLAG_QK_L2NORM) {
+        n.qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
+        n.kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
+    }
+    return n;
+}
+
 /* ------------------------------------------------- step inputs */
 
 __device__ __forceinline__ float warp_sum(float x)
@@ -337,19 +445,15 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
             sqk += red[3 * w + 2];
         }
     }
-    float qn = p.q_scale, kn = 1.0f;
-    if (p.flags & RSSM_FLAG_QK_L2NORM) {
-        qn = p.q_scale / sqrtf(sq + RSSM_L2NORM_EPS);
-        kn = 1.0f / sqrtf(sk + RSSM_L2NORM_EPS);
-    }
+    const QKNorm nrm = qk_norm(p, sq, sk);
+    const float qn = nrm.qn, kn = nrm.kn;
     const float A = raw ? expf(OVERLAP ? A_log : __ldg(L.A_log + hv)) : 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         const uint32_t c = first + stride * i;
         if (raw && c < K) {
             const float dti = OVERLAP ? dt[i] : __ldg(dt_bias + (kda ? c : 0u));
-            g[i] = p.gate_mode == RSSM_CODE_MODE_RAW ? -A * softplus(g[i] + dti)
-                                                     : p.gate_lower_bound * sigmoid(A * (g[i] + dti));
+            g[i] = raw_gate(p, g[i], dti, A);
         }
         alpha[i] = expf(g[i]);
         q[i] *= qn;

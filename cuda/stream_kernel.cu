@@ -29,12 +29,9 @@
  *    a flush adds the rank-(n+1) update by FFMA (fp32 throughout, exact
  *    enough for every ring dtype) as the tile streams out.
  *
- * Lane layout (as in the pipeline kernel, so a row's dot products need two
- * shuffles): lane (g = lane / 4, t4 = lane % 4) holds rows g + 8 i (i < RPL)
- * and, in each group G of 4 * CPT channels, the CPT channels starting at
- * G * 4 * CPT + t4 * CPT: one 16-byte (bf16 with K % 8 != 0: 8-byte) vector
- * per row and group. Ring entries j of a row are split over its 4 lanes
- * (j = t4 mod 4).
+ * Lane layout: a warp's tile as warp_tile.cuh holds it (as in the pipeline
+ * kernel, so a row's dot products need two shuffles). Ring entries j of a
+ * row are split over its 4 lanes (j = t4 mod 4).
  *
  * Packed models (replay off, or L = 1) can use the stream kernel without
  * ring and without prologue: each warp computes the per-channel vectors
@@ -56,6 +53,7 @@
 #include <cuda_runtime.h>
 
 #include "kernel_common.cuh"
+#include "warp_tile.cuh"
 
 namespace {
 
@@ -79,25 +77,6 @@ struct SArgs {
     uint32_t chunks; /* items (warps) per (batch row, value head) */
 };
 
-/* Programmatic dependent launch (sm_90): the prologue lets the stream
- * kernel start early; the stream kernel waits where it needs the prologue's
- * results. Both are no-ops for a kernel launched without the attribute. */
-__device__ __forceinline__ void pdl_launch_dependents()
-{
-    asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
-}
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
-
-/* 16 bytes global -> shared, asynchronously (L2 only: the record is read
- * once per warp). */
-__device__ __forceinline__ void cp_async16(void *dst, const void *src)
-{
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"((uint32_t)__cvta_generic_to_shared(dst)),
-                 "l"(src)
-                 : "memory");
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_all() { asm volatile("cp.async.wait_group 0;\n" ::: "memory"); }
 
 /* ------------------------------------------------- the stream kernel */
 
@@ -158,19 +137,8 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     /* 1. The tile's loads, and the row's ring entries, all issued before
      * anything waits on them. */
     SRaw *C = reinterpret_cast<SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, slot, hv));
-    SVec x[RPL][NG];
-#pragma unroll
-    for (int i = 0; i < RPL; ++i) {
-        const uint32_t v = v_base + 8u * i;
-#pragma unroll
-        for (int G = 0; G < NG; ++G) {
-            const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
-            if (c0 < K && v < V)
-                x[i][G] = __ldcs(reinterpret_cast<const SVec *>(C + (size_t)v * K + c0));
-            else
-                x[i][G] = SVec{};
-        }
-    }
+    WarpTile<ST, CPT, RPL> tile;
+    tile.load(C, v_base, t4, K, V, true);
     RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, slot, hv));
     RRaw dj[RPL][JL];
 #pragma unroll
@@ -199,7 +167,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
             for (uint32_t j = 0; j < n; ++j)
                 if (4u * lane < K)
                     cp_async16(&kgw[warp][j % kJ][4 * lane], sc + kScKG + j * kMaxK + 4 * lane);
-            cp_async_commit();
+            cp_commit();
         }
         if (4u * lane < K) {
 #pragma unroll
@@ -237,24 +205,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
 #pragma unroll
     for (int i = 0; i < RPL; ++i)
         pq[i] = pk[i] = 0.0f;
-#pragma unroll
-    for (int G = 0; G < NG; ++G) {
-        const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
-        if (c0 >= K)
-            continue;
-#pragma unroll
-        for (int e = 0; e < CPT; e += 4) {
-            const float4 q4 = *reinterpret_cast<const float4 *>(&vec[warp][0][c0 + e]);
-            const float4 k4 = *reinterpret_cast<const float4 *>(&vec[warp][1][c0 + e]);
-#pragma unroll
-            for (int i = 0; i < RPL; ++i) {
-                float f[CPT];
-                SV::unpack(x[i][G], f);
-                pq[i] += f[e] * q4.x + f[e + 1] * q4.y + f[e + 2] * q4.z + f[e + 3] * q4.w;
-                pk[i] += f[e] * k4.x + f[e + 1] * k4.y + f[e + 2] * k4.z + f[e + 3] * k4.w;
-            }
-        }
-    }
+    tile.dots(vec[warp][0], vec[warp][1], t4, K, pq, pk);
     if constexpr (RING) {
 #pragma unroll
         for (int jj = 0; jj < JL; ++jj) {
@@ -302,7 +253,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
                 if (j < n)
                     dsm[warp][j % kJ][g + 8 * i] = to_f<RT>(dj[i][jj]);
             }
-        cp_async_wait_all();
+        cp_wait(0);
         __syncwarp();
     }
 
@@ -322,7 +273,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
 #pragma unroll
             for (int i = 0; i < RPL; ++i) {
                 float u[CPT];
-                SV::unpack(x[i][G], u);
+                SV::unpack(tile.x[i][G], u);
 #pragma unroll
                 for (int m = 0; m < 4; ++m)
                     f[i][e + m] = u[e + m] * ag[m] + d[i] * kk[m];
@@ -580,15 +531,5 @@ extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, cons
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = dim3(plan->grid);
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = 0;
-    cfg.stream = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
-    return cudaLaunchKernelEx(&cfg, fn, a);
+    return launch_dependent(fn, dim3(plan->grid), block, stream, a);
 }

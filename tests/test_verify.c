@@ -386,8 +386,24 @@ static void one_token_is_a_step(void **state)
     fixture_close(&f);
 }
 
-/* A window is its tokens' steps, bit for bit, on every backend (a
- * backend's own window, reading the checkpoint once, included): twin
+/* A window is its tokens' steps: bit for bit where the window sums as the
+ * steps do (the cpu backend's own window, and every backend that runs a
+ * window one step per token), to the backend's tolerance on the cuda
+ * window kernel, whose decay walk multiplies where the step exponentiates
+ * (docs/design.md §9). */
+static void expect_same(const float *steps, const float *window, size_t n, int exact, double tol, const char *what)
+{
+    if (exact) {
+        assert_memory_equal(steps, window, n * sizeof *steps);
+        return;
+    }
+    const double e = ts_rel_l2_f(window, steps, n);
+    if (!(e <= tol))
+        fail_msg("%s of the window off its steps by %g (tolerance %g)", what, e, tol);
+}
+
+/* A window is its tokens' steps, on every backend (a backend's own
+ * window, reading the checkpoint once, included): twin
  * slots, one stepping through the tokens, one verifying them all and
  * accepting them all; GDN with q/k heads shared by two value heads, a
  * 16-bit ring and bf16 state, windows of 2, 4 and L - 1 from different
@@ -407,6 +423,7 @@ static void window_is_steps(void **state)
     float *sa = malloc(n_state * sizeof *sa), *sb = malloc(n_state * sizeof *sb);
     assert_true(a && b && sa && sb);
     static const uint32_t windows[] = {2, 4, CAP, 1, 4};
+    const int exact = strncmp(rssm_backend_name(f.env.backend), "cuda", 4) != 0;
     uint64_t seq = 40;
     for (size_t i = 0; i < sizeof windows / sizeof windows[0]; i++) {
         const uint32_t T = windows[i], s0 = 0, s1 = 1;
@@ -425,10 +442,10 @@ static void window_is_steps(void **state)
         TS_OK(rssm_batch_verify(f.env.batch, 1, &s1, &T, &w.in, b, &err), &err);
         seq += T;
         TS_OK(rssm_pool_accept(f.env.pool, 1, &s1, &T, &seq, 0, &err), &err);
-        assert_memory_equal(a, b, T * n_out * sizeof *a);
+        expect_same(a, b, T * n_out, exact, f.tol, "outputs");
         TS_OK(rssm_pool_read_state(f.env.pool, 0, sa, &err), &err);
         TS_OK(rssm_pool_read_state(f.env.pool, 1, sb, &err), &err);
-        assert_memory_equal(sa, sb, n_state * sizeof *sa);
+        expect_same(sa, sb, n_state, exact, f.tol, "state");
         window_free(&w);
     }
     free(a);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Speculative-decode verify on the H200 in one go (docs/design.md §9), from
+# the repository root of the GPU machine, with binaries built on Debian with
+# CUDA and Vulkan on and carried in .devbin/ (rssm, test_verify and its
+# libcmocka.so.0) and the Vulkan loader packages in .gl/ (docs/h200.md):
+#
+#   bench/h200/verify_check.sh [OUT_DIR]     (default: $OUT, else ./verify-out)
+#
+# 1. `rssm conform --case verify` on the CUDA variants and on Vulkan
+#    (portable and cooperative-matrix kernels) of the same GPU;
+# 2. tests/test_verify.c on cuda;
+# 3. `rssm bench --verify` on cuda (VERIFY_ARGS replaces its sweep);
+# 4. compute-sanitizer memcheck and racecheck on two verify cases.
+# Prints each step's status, the verify table last.
+set -u -o pipefail
+OUT_DIR=${1:-${OUT:-$PWD/verify-out}}
+BIN=${BIN:-.devbin}
+ARGS=${VERIFY_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 64,256 --positions uniform --cycles 5 --verify 2,4,8 --accept 100,50"}
+mkdir -p "$OUT_DIR"
+cp "$BIN/libcmocka.so.0" /tmp/ 2>/dev/null && export LD_LIBRARY_PATH=/tmp${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+if ! ldconfig -p | grep -q libvulkan.so.1; then
+  for f in .gl/*.deb; do [ -f "$f" ] && dpkg -x "$f" /; done
+  ldconfig
+fi
+export VK_DRIVER_FILES=${VK_DRIVER_FILES:-/usr/local/nvidia/share/vulkan/icd.d/nvidia_icd.json}
+export __EGL_VENDOR_LIBRARY_FILENAMES=${__EGL_VENDOR_LIBRARY_FILENAMES:-/usr/local/nvidia/share/glvnd/egl_vendor.d/10_nvidia.json}
+B=$BIN/rssm
+t0=$(date +%s)
+at() { echo "   (t = $(($(date +%s) - t0)) s)"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+
+timeout 240 "$B" conform --backend cuda --backend cuda:bulk --backend cuda:stream --backend cuda:pipeline \
+  --backend vulkan --backend vulkan:coopmat --backend vulkan:coopmat-emulated --case verify \
+  >"$OUT_DIR/conform_verify.txt" 2>&1
+echo "== conform --case verify: rc $?, $(tail -1 "$OUT_DIR/conform_verify.txt")"
+grep -E " FAIL |SKIP" "$OUT_DIR/conform_verify.txt" | head -8
+at
+
+RSSM_TEST_BACKEND=cuda timeout 120 "$BIN/test_verify" >"$OUT_DIR/test_verify_cuda.txt" 2>&1
+echo "== test_verify on cuda: rc $?"
+grep -E "^\[  (PASSED|FAILED)|FAILED|ERROR" "$OUT_DIR/test_verify_cuda.txt" | head -8
+at
+
+for tool in memcheck racecheck; do
+  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B" conform --backend cuda --quick \
+    --case gdn/replay/verify-T4 --case kda/replay/verify-T7 >"$OUT_DIR/sanitize_$tool.txt" 2>&1
+  echo "== compute-sanitizer $tool: rc $?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/sanitize_$tool.txt")"
+done
+at
+
+# shellcheck disable=SC2086 # ARGS is a list of options
+timeout 400 "$B" bench --backend cuda $ARGS --out "$OUT_DIR/verify" >"$OUT_DIR/verify.txt" 2>&1
+echo "== rssm bench --backend cuda $ARGS: rc $?"
+at
+cat "$OUT_DIR/verify.txt"
