@@ -162,6 +162,13 @@ typedef struct rssm_backend_ops {
     rssm_status (*layer_advance)(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
                                  const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                  rssm_error *err);
+    /* Optional (NULL: rssm_layer_verify says unsupported). The window of
+     * rssm_layer_verify: `io` as for layer_run with io->rows the window's
+     * rows, token t's step arrays at row t * rows + r, no force, and
+     * io->overflow (when not NULL) to receive each row's first overflowing
+     * token; common code has checked t_max, the rows and the pointers. */
+    rssm_status (*layer_verify)(void *ctx, void *layer, const rssm_layer_io *io, uint32_t t_max,
+                                const uint32_t *drafts, void *stream, rssm_error *err);
 
     /* Optional (all NULL: rssm_layer_record* and rssm_backend_vulkan_handles
      * say this backend takes pointers). The per-layer entry on tensors

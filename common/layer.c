@@ -372,6 +372,35 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
     return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
 }
 
+rssm_status rssm_layer_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
+                              const rssm_layer_tensors *t, void *stream, rssm_error *err)
+{
+    static const char who[] = "layer verify";
+    if (!l || !t || !drafts)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, drafts and tensors must not be NULL", who);
+    const rssm_kernel_params *p = &l->params;
+    rssm_backend *b = l->backend;
+    if (!b->ops->layer_verify)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s has no per-layer window (run the tokens with %s)",
+                              who, b->name, b->ops->layer_run ? "rssm_layer_run" : "rssm_layer_record");
+    const uint32_t most = p->ring_cap < RSSM_MAX_DRAFT ? p->ring_cap : RSSM_MAX_DRAFT;
+    if (t_max == 0 || t_max > most)
+        return rssm_set_error(err, p->ring_cap ? RSSM_ERR_INVALID_ARGUMENT : RSSM_ERR_UNSUPPORTED,
+                              "%s: t_max = %u: must be in 1..%u (RSSM_MAX_DRAFT and L - 1)", who, t_max, most);
+    if (t->force)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: force must be NULL (a window never flushes)", who);
+    if ((uint64_t)rows * t_max > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "%s: %u rows of %u tokens are %llu step-array rows, beyond the layer's max_rows %u",
+                              who, rows, t_max, (unsigned long long)rows * t_max, p->max_rows);
+    bool run;
+    rssm_layer_io io;
+    rssm_status st = pointers(l, rows, t, false, who, &run, &io, err);
+    if (st != RSSM_OK || !run)
+        return st;
+    return b->ops->layer_verify(b->ctx, l->dev, &io, t_max, drafts, stream, err);
+}
+
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
                                const int32_t *force, int32_t *cursor, void *stream, rssm_error *err)
 {

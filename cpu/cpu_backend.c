@@ -517,6 +517,8 @@ static void window_item(void *ctx, size_t item, unsigned worker)
     const uint32_t HV = a->p->num_v_heads;
     const size_t lr = item / HV;
     const uint32_t hv = (uint32_t)(item % HV), row = (uint32_t)(lr % a->nrows), layer = (uint32_t)(lr / a->nrows);
+    if (a->drafts[row] == 0) /* a padding row of rssm_layer_verify */
+        return;
     a->variant->window(a->p, &a->io[(size_t)layer * a->t_max], &a->rows[row], a->drafts[row], row, hv,
                        a->first_overflow, a->scratch + (size_t)worker * a->scratch_floats);
 }
@@ -714,6 +716,7 @@ typedef struct cpu_layer {
     size_t scratch_floats;
     rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
     void *fold_buf;
+    uint32_t *tokens;        /* [max_rows]: a window's tokens per row, 0 for padding */
 } cpu_layer;
 
 static void cpu_layer_destroy(void *ctx, void *layer)
@@ -729,6 +732,7 @@ static void cpu_layer_destroy(void *ctx, void *layer)
     free(l->seen);
     free(l->scratch);
     free(l->fold_buf);
+    free(l->tokens);
     free(l);
 }
 
@@ -757,13 +761,14 @@ static rssm_status cpu_layer_create(void *ctx, const rssm_kernel_params *p, cons
     l->order = calloc(p->max_rows, sizeof *l->order);
     l->overflow = calloc(p->max_rows, sizeof *l->overflow);
     l->seen = calloc(shape->slots, sizeof *l->seen);
+    l->tokens = calloc(p->max_rows, sizeof *l->tokens);
     l->scratch_floats = (rssm_cpu_scratch_floats(p) + CPU_ALIGN / 4 - 1) / (CPU_ALIGN / 4) * (CPU_ALIGN / 4);
     l->scratch = alloc_aligned(c->thread_count * l->scratch_floats * sizeof(float));
     rssm_fold_params(&l->fold, p);
     l->fold_buf = alloc_aligned(rssm_fold_bytes(&l->fold));
     if (l->fold_buf)
         rssm_fold_image(l->fold_buf, &l->fold);
-    if (!l->rows || !l->pad || !l->order || !l->overflow || !l->seen || !l->scratch || !l->fold_buf) {
+    if (!l->rows || !l->pad || !l->order || !l->overflow || !l->seen || !l->scratch || !l->fold_buf || !l->tokens) {
         cpu_layer_destroy(ctx, l);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu layer: out of host memory for %u rows, %u slots",
                               p->max_rows, shape->slots);
@@ -807,8 +812,9 @@ static rssm_status decode_rows(cpu_layer *l, const rssm_layer_io *io, rssm_error
 
 /* One launch of the layer with kernel parameters p (the layer's, or its
  * fold's) on io. */
-static rssm_status layer_run_with(cpu_ctx *c, cpu_layer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
-                                  rssm_error *err)
+/* Every pointer of io aligned to its element: the kernels read them as
+ * typed arrays. */
+static rssm_status check_alignment(const rssm_kernel_params *p, const rssm_layer_io *io, rssm_error *err)
 {
     const size_t ssz = rssm_dtype_size((rssm_dtype)p->state_dtype);
     const size_t rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
@@ -830,7 +836,16 @@ static rssm_status layer_run_with(cpu_ctx *c, cpu_layer *l, const rssm_kernel_pa
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                   "cpu layer: %s is not aligned to its element (%zu bytes)", al[i].name,
                                   al[i].align);
-    rssm_status st = decode_rows(l, io, err);
+    return RSSM_OK;
+}
+
+static rssm_status layer_run_with(cpu_ctx *c, cpu_layer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
+                                  rssm_error *err)
+{
+    const size_t iosz = rssm_dtype_size((rssm_dtype)p->io_dtype);
+    rssm_status st = check_alignment(p, io, err);
+    if (st == RSSM_OK)
+        st = decode_rows(l, io, err);
     if (st != RSSM_OK)
         return st;
     const size_t out_bytes = (size_t)p->num_v_heads * p->head_v * iosz;
@@ -865,6 +880,56 @@ static rssm_status cpu_layer_materialise(void *ctx, void *layer, const rssm_laye
     rssm_layer_io fold = *io;
     rssm_fold_io(&fold, &l->fold, l->fold_buf);
     return layer_run_with(ctx, l, &l->fold, &fold, err);
+}
+
+/* rssm_layer_verify: the window of cpu_batch_verify on the caller's
+ * tensors, token t's step arrays at row t * rows + r. */
+static rssm_status cpu_layer_verify(void *ctx, void *layer, const rssm_layer_io *io, uint32_t t_max,
+                                   const uint32_t *drafts, void *stream, rssm_error *err)
+{
+    (void)stream;
+    cpu_ctx *c = ctx;
+    cpu_layer *l = layer;
+    const rssm_kernel_params *p = &l->params;
+    rssm_status st = check_alignment(p, io, err);
+    if (st == RSSM_OK)
+        st = decode_rows(l, io, err);
+    if (st != RSSM_OK)
+        return st;
+    const uint32_t rows = io->rows;
+    for (uint32_t r = 0; r < rows; r++) {
+        l->tokens[r] = l->pad[r] ? 0u : drafts[r];
+        if (!l->pad[r] && (drafts[r] == 0 || drafts[r] > t_max || l->rows[r].write_pos + drafts[r] > p->ring_cap))
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer verify: row %u: %u draft tokens at write_pos %u: must be 1..%u and end "
+                                  "inside the ring (%u entries)",
+                                  r, drafts[r], l->rows[r].write_pos, t_max, p->ring_cap);
+        atomic_store_explicit(&l->overflow[r], UINT32_MAX, memory_order_relaxed);
+    }
+    rssm_layer_io tok[RSSM_MAX_DRAFT];
+    const size_t out_bytes = (size_t)p->num_v_heads * p->head_v * rssm_dtype_size((rssm_dtype)p->io_dtype);
+    for (uint32_t t = 0; t < t_max; t++) {
+        const size_t first = (size_t)t * rows; /* token t's rows */
+        tok[t] = *io;
+        tok[t].q += first * io->q_row;
+        tok[t].k += first * io->k_row;
+        tok[t].v += first * io->v_row;
+        tok[t].gate += first * io->gate_row;
+        tok[t].beta += first * io->beta_row;
+        tok[t].out += first * io->out_row;
+        for (uint32_t r = 0; r < rows; r++)
+            if (l->pad[r])
+                memset(tok[t].out + r * io->out_row, 0, out_bytes);
+    }
+    window_args a = {
+        .p = p, .variant = c->variant, .io = tok, .rows = l->rows, .drafts = l->tokens, .nrows = rows,
+        .t_max = t_max, .layers = 1, .first_overflow = l->overflow, .scratch = l->scratch,
+        .scratch_floats = l->scratch_floats,
+    };
+    rssm_thread_pool_for(c->threads, (size_t)rows * p->num_v_heads, window_item, &a);
+    for (uint32_t r = 0; io->overflow && r < rows; r++)
+        io->overflow[r] = atomic_load_explicit(&l->overflow[r], memory_order_relaxed);
+    return rssm_clear_error(err);
 }
 
 static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
@@ -920,4 +985,5 @@ const rssm_backend_ops rssm_cpu_backend_ops = {
     .layer_run = cpu_layer_run,
     .layer_materialise = cpu_layer_materialise,
     .layer_advance = cpu_layer_advance,
+    .layer_verify = cpu_layer_verify,
 };

@@ -794,6 +794,11 @@ struct CudaLayer {
     uint32_t *work;
     rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
     void *fold_buf;
+    /* rssm_layer_verify's window: the records of max_rows step-array rows,
+     * and each row's first overflowing token when the caller takes none
+     * (NULL: the model has no window kernel) */
+    float *win_scratch;
+    uint32_t *win_first;
 };
 
 /* The pointers of a launch, as rssm_layer_misaligned_stride asks of the
@@ -845,6 +850,8 @@ void cuda_layer_destroy(void *ctx, void *layer)
     cudaFree(l->scratch);
     cudaFree(l->work);
     cudaFree(l->fold_buf);
+    cudaFree(l->win_scratch);
+    cudaFree(l->win_first);
     free(l);
 }
 
@@ -884,6 +891,13 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
         e = cudaMemcpy(l->fold_buf, image, fold_bytes, cudaMemcpyHostToDevice);
     }
     free(image);
+    if (e == cudaSuccess && rssm_cuda_window_supported(p)) {
+        e = cudaMalloc(reinterpret_cast<void **>(&l->win_scratch), rssm_cuda_window_scratch_bytes(p, p->max_rows, 1u));
+        if (e == cudaSuccess)
+            e = cudaMalloc(reinterpret_cast<void **>(&l->win_first), p->max_rows * sizeof(uint32_t));
+        if (e == cudaSuccess)
+            e = rssm_cuda_window_prepare(p);
+    }
     if (e != cudaSuccess) {
         cuda_layer_destroy(ctx, l);
         return cuda_fail(err, e, "preparing the layer's kernel");
@@ -892,15 +906,24 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
     return rssm_clear_error(err);
 }
 
-/* One launch of layer l with kernel parameters p (the layer's, or its
- * fold's) on io. */
-rssm_status layer_launch(const CudaCtx *c, CudaLayer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
-                         void *stream, rssm_error *err)
+/* RSSM_ERR_INVALID_ARGUMENT naming a pointer of io the kernels cannot take. */
+rssm_status check_pointers(const CudaCtx *c, const rssm_kernel_params *p, const rssm_layer_io *io, rssm_error *err)
 {
     const char *why = misaligned_pointer(p, io);
     if (why)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s is not 16-byte aligned (for the gates and "
                               "beta their element, for the gate weights and the row arrays 4 bytes)", c->variant, why);
+    return RSSM_OK;
+}
+
+/* One launch of layer l with kernel parameters p (the layer's, or its
+ * fold's) on io. */
+rssm_status layer_launch(const CudaCtx *c, CudaLayer *l, const rssm_kernel_params *p, const rssm_layer_io *io,
+                         void *stream, rssm_error *err)
+{
+    rssm_status st = check_pointers(c, p, io, err);
+    if (st != RSSM_OK)
+        return st;
     rssm_cuda_buffers buf;
     memset(&buf, 0, sizeof buf);
     buf.io = *io;
@@ -925,6 +948,34 @@ rssm_status cuda_layer_materialise(void *ctx, void *layer, const rssm_layer_io *
     rssm_layer_io fold = *io;
     rssm_fold_io(&fold, &l->fold, l->fold_buf);
     return layer_launch(static_cast<const CudaCtx *>(ctx), l, &l->fold, &fold, stream, err);
+}
+
+/* rssm_layer_verify: the window kernels on the caller's tensors (every
+ * window size: there is no step fallback inside one call). */
+rssm_status cuda_layer_verify(void *ctx, void *layer, const rssm_layer_io *io, uint32_t t_max, const uint32_t *drafts,
+                              void *stream, rssm_error *err)
+{
+    const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
+    CudaLayer *l = static_cast<CudaLayer *>(layer);
+    if (!l->win_scratch)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: no window kernel for this model (rings of up to %u "
+                              "entries, head_k up to %u)", c->variant, RSSM_CUDA_STREAM_MAX_RING, RSSM_CUDA_MAX_HEAD_K);
+    rssm_status st = check_pointers(c, &l->params, io, err);
+    if (st != RSSM_OK)
+        return st;
+    rssm_cuda_buffers buf;
+    memset(&buf, 0, sizeof buf);
+    buf.io = *io;
+    buf.io.overflow = io->overflow ? io->overflow : l->win_first;
+    buf.scratch = l->win_scratch;
+    const DeviceGuard guard(l->device);
+    cudaStream_t s = static_cast<cudaStream_t>(stream);
+    cudaError_t e = cudaMemsetAsync(buf.io.overflow, 0xff, io->rows * sizeof(uint32_t), s);
+    if (e == cudaSuccess)
+        e = rssm_cuda_window_launch(&l->params, &buf, drafts, io->rows, t_max, s);
+    if (e != cudaSuccess)
+        return cuda_fail(err, e, "launching the window");
+    return rssm_clear_error(err);
 }
 
 rssm_status cuda_layer_advance(void *ctx, void *layer, uint32_t rows, const int32_t *slot_index,
@@ -976,6 +1027,7 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_layer_run,
     cuda_layer_materialise,
     cuda_layer_advance,
+    cuda_layer_verify,
     nullptr, /* layer_record: device pointers, not buffers (rssm_layer_run) */
     nullptr,
     nullptr, /* vulkan_handles */

@@ -98,12 +98,13 @@ static_assert(kRStride % 4 == 0, "16-byte aligned records");
  * by it). */
 struct RowWindow {
     uint32_t slot, n, T;
+    bool pad; /* a slot outside the tensors: no tokens, zero outputs */
 };
 
 __device__ __forceinline__ RowWindow row_window(const WArgs &a, uint32_t r)
 {
     const RowStep s = row_step(a.p, a.b.io, r);
-    return RowWindow{s.slot, s.n, s.pad ? 0u : min(min(a.drafts[r], a.t_max), a.p.ring_cap - s.n)};
+    return RowWindow{s.slot, s.n, s.pad ? 0u : min(min(a.drafts[r], a.t_max), a.p.ring_cap - s.n), s.pad};
 }
 
 /* Dynamic shared memory of a coefficient CTA. */
@@ -341,6 +342,14 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const uint32_t v_base = (part * kWarps + warp) * 8u * kRPL + g;
     const size_t v_at = (size_t)hv * V;
+    if (win.pad) { /* a padding row's outputs are zeros, as a step's */
+        for (uint32_t t = 0; t < a.t_max; ++t)
+#pragma unroll
+            for (int i = 0; i < kRPL; ++i)
+                if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
+                    store_io(L.out + (size_t)(t * a.rows + r) * L.out_row, v_at + v_base + 8u * i, io_bf16, 0.0f);
+        return;
+    }
 
     /* 1. Every load that needs no record: the tile, the committed d, the
      * tokens' v. */

@@ -517,6 +517,31 @@ rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *
                                const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                rssm_error *err);
 
+/* Speculative-decode verify of one layer (docs/design.md §9) on the
+ * caller's tensors, on `stream`: row r runs drafts[r] draft tokens
+ * (1..t_max; t_max at most min(RSSM_MAX_DRAFT, L - 1)) from its slot's
+ * state, token t at ring position write_pos[r] + t, all inside the ring:
+ * write_pos[r] + drafts[r] <= L - 1 (materialise the slot and start it at 0
+ * otherwise). The step arrays are token-major: token t of row r is row
+ * t * rows + r of q, k, v, gate, beta and out, so a call reads rows * t_max
+ * rows, at most the layer's max_rows. Each token's output is what that many
+ * single-token steps would give, to the backend's tolerance; the tokens'
+ * ring entries are written at write_pos[r] + t as tentative entries, and the
+ * checkpoint is not written. Accepting k of row r's tokens is setting its
+ * slot's cursor to write_pos[r] + k: the entries past it are discarded by
+ * being past it (a snapshot boundary among the accepted tokens:
+ * docs/engines.md). force must be NULL. overflow, when not NULL, gets per
+ * row the first token whose ring entry its 16-bit ring dtype could not hold,
+ * or UINT32_MAX: that token's and the later ones' outputs and entries are
+ * not to be used (accept fewer, or run the row on from that token with
+ * rssm_layer_run, force set for it). Outputs of a padding row's tokens are
+ * zeroed; those of tokens past a row's drafts[r] are left as they were.
+ * drafts lives where slot_index does (host memory on cpu, device memory on
+ * cuda). RSSM_ERR_UNSUPPORTED on a backend without a per-layer window (the
+ * engine then runs T calls of rssm_layer_run, docs/engines.md). */
+rssm_status rssm_layer_verify(rssm_layer *layer, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
+                              const rssm_layer_tensors *t, void *stream, rssm_error *err);
+
 /* ------------------------------ one layer, in the caller's Vulkan buffers
  *
  * The same layer on the vulkan backend, recorded into a command buffer of

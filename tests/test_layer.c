@@ -16,6 +16,9 @@
 #include <string.h>
 
 enum { SEED = 0x1a7e5, SLOTS = 5, ROWS = 3, L = 4, STEPS = 11, SNAPSHOT = 7 };
+/* Step-array rows the engine holds: a verify window of up to L - 1 tokens
+ * of ROWS rows and a padding row, token-major. */
+enum { STEP_ROWS = (ROWS + 1) * (L - 1) };
 
 /* Padding of the engine's tensors, in elements: every stride differs from
  * the contiguous one, so a kernel that ignores one is caught. */
@@ -54,10 +57,10 @@ static void engine_open(engine *e, rssm_backend *b, const rssm_model *m)
     e->ring_d = lm_alloc(e->mem, (size_t)e->ring_d_slot * SLOTS * sizeof(float));
     e->ring_k = lm_alloc(e->mem, (size_t)e->ring_k_slot * SLOTS * sizeof(float));
     e->ring_g = lm_alloc(e->mem, (size_t)e->ring_g_slot * SLOTS * sizeof(float));
-    e->qkv = lm_alloc(e->mem, (size_t)e->qkv_row * (ROWS + 1) * sizeof(float));
-    e->gate = lm_alloc(e->mem, (ROWS + 1) * HV * e->G * sizeof(float));
-    e->beta = lm_alloc(e->mem, (ROWS + 1) * HV * sizeof(float));
-    e->out = lm_alloc(e->mem, (size_t)e->out_row * (ROWS + 1) * sizeof(float));
+    e->qkv = lm_alloc(e->mem, (size_t)e->qkv_row * STEP_ROWS * sizeof(float));
+    e->gate = lm_alloc(e->mem, STEP_ROWS * HV * e->G * sizeof(float));
+    e->beta = lm_alloc(e->mem, STEP_ROWS * HV * sizeof(float));
+    e->out = lm_alloc(e->mem, (size_t)e->out_row * STEP_ROWS * sizeof(float));
     e->slot_index = lm_alloc(e->mem, (ROWS + 1) * sizeof(int32_t));
     e->write_pos = lm_alloc(e->mem, (ROWS + 1) * sizeof(int32_t));
     e->force = lm_alloc(e->mem, (ROWS + 1) * sizeof(int32_t));
@@ -98,6 +101,19 @@ static rssm_layer_tensors engine_tensors(engine *e)
 /* Slot s's state in the engine's tensor, [HV][V][K]. */
 static const float *engine_state(const engine *e, uint32_t slot) { return e->state + (size_t)slot * e->state_slot; }
 
+/* The pool's states into the engine's state tensor (s: scratch of one
+ * slot's state), every cursor at 0. */
+static void load_states(engine *e, ts_env *env, float *s)
+{
+    rssm_error err;
+    const size_t n = ts_state_elems(&e->m);
+    for (uint32_t slot = 0; slot < SLOTS; slot++) {
+        TS_OK(rssm_pool_read_state(env->pool, slot, s, &err), &err);
+        memcpy(e->state + (size_t)slot * e->state_slot, s, n * sizeof(float));
+        e->cursor[slot] = 0;
+    }
+}
+
 /* Every step: ROWS rows over slots 3, 0, 2 (with seq_len from 5, so the
  * snapshot interval forces a flush part way round a ring), through
  * rssm_batch_step on a one-layer pool and through rssm_layer_run on the
@@ -107,15 +123,16 @@ static const float *engine_state(const engine *e, uint32_t slot) { return e->sta
 /* The step's gates and beta into the engine's tensors, in its gate dtype;
  * for bf16 the batch's fp32 copies are rounded to the same values first,
  * so both sides see the same inputs. */
-static void set_gates(engine *e, ts_inputs *in)
+static void set_gates(engine *e, ts_inputs *in, uint32_t first)
 {
     const size_t ng = ROWS * e->m.num_v_heads * e->G, nb = ROWS * e->m.num_v_heads;
+    const size_t g0 = first * e->m.num_v_heads * e->G, b0 = first * e->m.num_v_heads;
     if (e->desc.gate_dtype == RSSM_DTYPE_F32) {
-        memcpy(e->gate, in->gate, ng * sizeof(float));
-        memcpy(e->beta, in->beta, nb * sizeof(float));
+        memcpy(e->gate + g0, in->gate, ng * sizeof(float));
+        memcpy(e->beta + b0, in->beta, nb * sizeof(float));
         return;
     }
-    uint16_t *g = (uint16_t *)(void *)e->gate, *b = (uint16_t *)(void *)e->beta;
+    uint16_t *g = (uint16_t *)(void *)e->gate + g0, *b = (uint16_t *)(void *)e->beta + b0;
     for (size_t i = 0; i < ng; i++) {
         g[i] = rssm_f32_to_bf16(in->gate[i]);
         in->gate[i] = rssm_bf16_to_f32(g[i]);
@@ -128,16 +145,20 @@ static void set_gates(engine *e, ts_inputs *in)
 
 /* The step's inputs into the engine's packed rows ([q | k | v] per row)
  * and gate tensors. */
-static void set_step(engine *e, ts_inputs *in)
+static void set_rows(engine *e, ts_inputs *in, uint32_t first);
+static void set_step(engine *e, ts_inputs *in) { set_rows(e, in, 0); }
+
+/* The same, into the engine's rows first .. first + ROWS - 1. */
+static void set_rows(engine *e, ts_inputs *in, uint32_t first)
 {
     const size_t H = e->m.num_qk_heads, HV = e->m.num_v_heads, K = e->m.head_k, V = e->m.head_v;
     for (uint32_t r = 0; r < ROWS; r++) {
-        float *row = e->qkv + (size_t)r * e->qkv_row;
+        float *row = e->qkv + (size_t)(first + r) * e->qkv_row;
         memcpy(row, in->qf + r * H * K, H * K * sizeof(float));
         memcpy(row + H * K, in->kf + r * H * K, H * K * sizeof(float));
         memcpy(row + 2 * H * K, in->vf + r * HV * V, HV * V * sizeof(float));
     }
-    set_gates(e, in);
+    set_gates(e, in, first);
 }
 
 /* rssm_layer_materialise of the engine's rows (and a padding row): each
@@ -222,11 +243,7 @@ static void check_against_batch(rssm_gate_kind kind, rssm_dtype ring_dtype, rssm
     const size_t n = ts_state_elems(&m);
     float *s = malloc(n * sizeof(float));
     assert_non_null(s);
-    for (uint32_t slot = 0; slot < SLOTS; slot++) {
-        TS_OK(rssm_pool_read_state(env.pool, slot, s, &err), &err);
-        memcpy(e.state + (size_t)slot * e.state_slot, s, n * sizeof(float));
-        e.cursor[slot] = 0;
-    }
+    load_states(&e, &env, s);
     rssm_layer *layer = NULL;
     TS_OK(rssm_layer_can_implement(env.backend, &e.desc, &err), &err);
     TS_OK(rssm_layer_create(env.backend, &e.desc, &layer, &err), &err);
@@ -340,6 +357,146 @@ static void kda_matches_batch(void **state)
 }
 
 /* Descriptions the library must refuse, each with its own message. */
+/* rssm_layer_verify on the engine's tensors (token-major rows, a padding
+ * row riding along) gives the outputs of rssm_batch_verify on the same
+ * backend, rows of different window sizes in one call, and leaves the
+ * tokens as tentative ring entries: accepting k of them is the cursor
+ * alone, after which a step on both sides gives the same outputs again,
+ * for every k from 0 to T. Bit for bit where the two run the same window
+ * (cpu); to the tolerance on cuda. A backend without a per-layer window
+ * says so. */
+static void verify_matches_batch(void **state)
+{
+    (void)state;
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 99, 0);
+    rssm_error err;
+    const rssm_model m = ts_small_model(RSSM_GATE_KDA, 1, L);
+    ts_env env;
+    ts_env_open(&env, ts_backend(), &m, SLOTS, RSSM_FLUSH_ALIGNED, ROWS);
+    ts_env_alloc_random(&env, SLOTS, &rng);
+    engine e;
+    engine_open(&e, env.backend, &m);
+    e.desc.max_rows = STEP_ROWS;
+    const size_t n = ts_state_elems(&m);
+    float *s = malloc(n * sizeof(float));
+    assert_non_null(s);
+    load_states(&e, &env, s);
+    rssm_layer *layer = NULL;
+    TS_OK(rssm_layer_create(env.backend, &e.desc, &layer, &err), &err);
+    const int exact = strncmp(rssm_backend_name(env.backend), "cuda", 4) != 0;
+    const double tol = rh_backend_tolerance(env.backend, &m, rh_tolerance(&m));
+    const uint32_t slots[ROWS] = {3, 0, 2};
+    uint32_t *drafts = lm_alloc(e.mem, (ROWS + 1) * sizeof(uint32_t));
+    const size_t HV = m.num_v_heads, V = m.head_v, T = L - 1;
+    float *out = malloc(ts_out_elems(&m, ROWS) * T * sizeof(float));
+    assert_non_null(out);
+    uint64_t seq[ROWS] = {20, 30, 40};
+    ts_inputs in;
+    ts_inputs_alloc(&in, &m, ROWS);
+    for (uint32_t round = 0; round <= T; round++) {
+        /* windows of T, T - 1 and 1 tokens from ring position 0; accept
+         * round, round - 1 .. tokens (clamped to each window) */
+        uint32_t k[ROWS];
+        for (uint32_t r = 0; r < ROWS; r++) {
+            drafts[r] = r == 2 ? 1u : (uint32_t)T - r;
+            k[r] = round < drafts[r] ? round : drafts[r];
+            e.slot_index[r] = (int32_t)slots[r];
+            e.write_pos[r] = e.cursor[slots[r]];
+            assert_int_equal(e.write_pos[r], 0);
+        }
+        e.slot_index[ROWS] = -1; /* padding */
+        e.write_pos[ROWS] = 0;
+        drafts[ROWS] = 1;
+        ts_window w;
+        ts_window_make(&w, &m, ROWS, (uint32_t)T, &rng);
+        TS_OK(rssm_batch_verify(env.batch, ROWS, slots, drafts, &w.in, out, &err), &err);
+        /* the engine's rows: token t of row r at t * (ROWS + 1) + r */
+        for (uint32_t t = 0; t < T; t++)
+            set_rows(&e, &w.tok[t], t * (ROWS + 1));
+        ts_poison(e.out, (size_t)e.out_row * STEP_ROWS * sizeof(float));
+        rssm_layer_tensors tv = engine_tensors(&e);
+        tv.force = NULL;
+        tv.overflow = e.overflow;
+        const rssm_status st = rssm_layer_verify(layer, ROWS + 1, (uint32_t)T, drafts, &tv, NULL, &err);
+        if (st == RSSM_ERR_UNSUPPORTED) { /* a backend without a per-layer window */
+            ts_window_free(&w);
+            break;
+        }
+        TS_OK(st, &err);
+        for (uint32_t r = 0; r < ROWS; r++) {
+            assert_int_equal(e.overflow[r], UINT32_MAX);
+            for (uint32_t t = 0; t < drafts[r]; t++) {
+                const float *got = e.out + (size_t)(t * (ROWS + 1) + r) * e.out_row;
+                const float *want = out + ((size_t)t * ROWS + r) * HV * V;
+                if (exact && memcmp(got, want, HV * V * sizeof(float)) != 0)
+                    fail_msg("round %u row %u token %u: the layer's window differs from rssm_batch_verify's", round,
+                             r, t);
+                if (!exact && !(ts_rel_l2_f(got, want, HV * V) <= tol))
+                    fail_msg("round %u row %u token %u: off rssm_batch_verify's by %g", round, r, t,
+                             ts_rel_l2_f(got, want, HV * V));
+            }
+        }
+        for (uint32_t t = 0; t < T; t++) /* the padding row's outputs are zeros */
+            for (size_t i = 0; i < HV * V; i++)
+                assert_true(e.out[(size_t)(t * (ROWS + 1) + ROWS) * e.out_row + i] == 0.0f);
+        /* accept k: the pool's accept, the engine's cursor */
+        uint64_t after[ROWS];
+        for (uint32_t r = 0; r < ROWS; r++) {
+            after[r] = seq[r] += k[r];
+            e.cursor[slots[r]] = e.write_pos[r] + (int32_t)k[r];
+        }
+        TS_OK(rssm_pool_accept(env.pool, ROWS, slots, k, after, 0, &err), &err);
+        ts_window_free(&w);
+
+        /* a step on both sides, from the accepted entries */
+        ts_inputs_random(&in, &rng);
+        set_step(&e, &in);
+        for (uint32_t r = 0; r < ROWS; r++) {
+            e.write_pos[r] = e.cursor[slots[r]];
+            e.force[r] = 0;
+            seq[r]++;
+        }
+        ts_step(&env, ROWS, slots, seq, 0, &in, out);
+        rssm_layer_tensors t = engine_tensors(&e);
+        TS_OK(lm_run(e.mem, layer, ROWS, &t, &err), &err);
+        TS_OK(lm_advance(e.mem, layer, ROWS, e.slot_index, e.write_pos, e.force, e.cursor, &err), &err);
+        for (uint32_t r = 0; r < ROWS; r++) {
+            const float *got = e.out + (size_t)r * e.out_row, *want = out + (size_t)r * HV * V;
+            if (exact && memcmp(got, want, HV * V * sizeof(float)) != 0)
+                fail_msg("round %u row %u: the step after the accept differs from the pool's", round, r);
+            if (!exact && !(ts_rel_l2_f(got, want, HV * V) <= tol))
+                fail_msg("round %u row %u: the step after the accept is off the pool's", round, r);
+        }
+        /* both sides fold, so the next window starts at 0 again */
+        for (uint32_t r = 0; r < ROWS; r++)
+            TS_OK(rssm_pool_materialise(env.pool, slots[r], &err), &err);
+        rssm_layer_tensors tm = engine_tensors(&e);
+        TS_OK(lm_materialise(e.mem, layer, ROWS, &tm, &err), &err);
+        for (uint32_t r = 0; r < ROWS; r++)
+            e.cursor[slots[r]] = 0;
+        load_states(&e, &env, s); /* the same checkpoints on both sides */
+    }
+    /* what a call may not be given */
+    rssm_layer_tensors tv = engine_tensors(&e);
+    tv.force = NULL;
+    if (env.backend && rssm_layer_verify(layer, 1, 1, drafts, &tv, NULL, &err) != RSSM_ERR_UNSUPPORTED) {
+        TS_EXPECT(rssm_layer_verify(layer, ROWS, 0, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(rssm_layer_verify(layer, ROWS, L, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(rssm_layer_verify(layer, ROWS + 2, (uint32_t)T, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT,
+                  &err);
+        TS_EXPECT(rssm_layer_verify(layer, ROWS, 1, NULL, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        tv.force = e.force;
+        TS_EXPECT(rssm_layer_verify(layer, ROWS, 1, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    }
+    free(out);
+    free(s);
+    ts_inputs_free(&in);
+    rssm_layer_destroy(&layer);
+    engine_close(&e);
+    ts_env_close(&env);
+}
+
 static void bad_descriptions(void **state)
 {
     (void)state;
@@ -515,6 +672,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gdn_matches_batch),
         cmocka_unit_test(kda_matches_batch),
+        cmocka_unit_test(verify_matches_batch),
         cmocka_unit_test(bad_descriptions),
         cmocka_unit_test(bad_runs),
         cmocka_unit_test(advance_rule),

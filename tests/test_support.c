@@ -371,3 +371,40 @@ int ts_each_backend(void (*check)(const char *name, void *arg), void *arg)
         rssm_backend_destroy(&checked[j]);
     return ran;
 }
+
+void ts_window_make(ts_window *w, const rssm_model *m, uint32_t rows, uint32_t tokens, rh_rng *rng)
+{
+    w->tokens = tokens;
+    const size_t io = rssm_dtype_size(m->io_dtype);
+    for (uint32_t t = 0; t < tokens; t++) {
+        ts_inputs_alloc(&w->tok[t], m, rows);
+        ts_inputs_random(&w->tok[t], rng);
+    }
+    const ts_inputs *a = &w->tok[0];
+    w->q = malloc(tokens * a->nq * io);
+    w->k = malloc(tokens * a->nq * io);
+    w->v = malloc(tokens * a->nv * io);
+    w->gate = malloc(tokens * a->ngate * sizeof(float));
+    w->beta = malloc(tokens * a->nbeta * sizeof(float));
+    assert_true(w->q && w->k && w->v && w->gate && w->beta);
+    for (uint32_t t = 0; t < tokens; t++) {
+        memcpy(w->q + t * a->nq * io, w->tok[t].q, a->nq * io);
+        memcpy(w->k + t * a->nq * io, w->tok[t].k, a->nq * io);
+        memcpy(w->v + t * a->nv * io, w->tok[t].v, a->nv * io);
+        memcpy(w->gate + t * a->ngate, w->tok[t].gate, a->ngate * sizeof(float));
+        memcpy(w->beta + t * a->nbeta, w->tok[t].beta, a->nbeta * sizeof(float));
+    }
+    w->in = (rssm_step_inputs){.q = w->q, .k = w->k, .v = w->v, .gate = w->gate, .beta = w->beta};
+}
+
+void ts_window_free(ts_window *w)
+{
+    for (uint32_t t = 0; t < w->tokens; t++)
+        ts_inputs_free(&w->tok[t]);
+    free(w->q);
+    free(w->k);
+    free(w->v);
+    free(w->gate);
+    free(w->beta);
+}
+

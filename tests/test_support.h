@@ -94,6 +94,19 @@ void ts_inputs_free(ts_inputs *t);
  * [0.05, 0.95]; RAW modes: a and b in [-3, 3). */
 void ts_inputs_random(ts_inputs *t, rh_rng *r);
 
+/* A speculative-decode window's inputs: tok[t] for token t (random), and
+ * the same values token-major in one block per array, as
+ * rssm_batch_verify takes them. */
+typedef struct ts_window {
+    uint32_t tokens;
+    ts_inputs tok[RSSM_MAX_DRAFT];
+    uint8_t *q, *k, *v;
+    float *gate, *beta;
+    rssm_step_inputs in;
+} ts_window;
+void ts_window_make(ts_window *w, const rssm_model *m, uint32_t rows, uint32_t tokens, rh_rng *rng);
+void ts_window_free(ts_window *w);
+
 /* Random gate weights for RAW modes: A_log [layers][HV] in [-1, 0.5],
  * dt_bias [layers][HV] or [layers][HV][K] in [-1, 1]. malloc'd. */
 void ts_random_gate_params(const rssm_model *m, rh_rng *r, float **A_log, float **dt_bias);

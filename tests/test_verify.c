@@ -73,54 +73,8 @@ static void row_inputs(const ts_inputs *all, uint32_t r, ts_inputs *one)
     }
 }
 
-/* A window's inputs: tok[t] for token t, and the same values token-major
- * in one block per array, as rssm_batch_verify takes them. */
-typedef struct window {
-    uint32_t tokens;
-    ts_inputs tok[RSSM_MAX_DRAFT];
-    uint8_t *q, *k, *v;
-    float *gate, *beta;
-    rssm_step_inputs in;
-} window;
-
-static void window_make(window *w, const rssm_model *m, uint32_t rows, uint32_t tokens, rh_rng *rng)
-{
-    w->tokens = tokens;
-    const size_t io = rssm_dtype_size(m->io_dtype);
-    for (uint32_t t = 0; t < tokens; t++) {
-        ts_inputs_alloc(&w->tok[t], m, rows);
-        ts_inputs_random(&w->tok[t], rng);
-    }
-    const ts_inputs *a = &w->tok[0];
-    w->q = malloc(tokens * a->nq * io);
-    w->k = malloc(tokens * a->nq * io);
-    w->v = malloc(tokens * a->nv * io);
-    w->gate = malloc(tokens * a->ngate * sizeof(float));
-    w->beta = malloc(tokens * a->nbeta * sizeof(float));
-    assert_true(w->q && w->k && w->v && w->gate && w->beta);
-    for (uint32_t t = 0; t < tokens; t++) {
-        memcpy(w->q + t * a->nq * io, w->tok[t].q, a->nq * io);
-        memcpy(w->k + t * a->nq * io, w->tok[t].k, a->nq * io);
-        memcpy(w->v + t * a->nv * io, w->tok[t].v, a->nv * io);
-        memcpy(w->gate + t * a->ngate, w->tok[t].gate, a->ngate * sizeof(float));
-        memcpy(w->beta + t * a->nbeta, w->tok[t].beta, a->nbeta * sizeof(float));
-    }
-    w->in = (rssm_step_inputs){.q = w->q, .k = w->k, .v = w->v, .gate = w->gate, .beta = w->beta};
-}
-
-static void window_free(window *w)
-{
-    for (uint32_t t = 0; t < w->tokens; t++)
-        ts_inputs_free(&w->tok[t]);
-    free(w->q);
-    free(w->k);
-    free(w->v);
-    free(w->gate);
-    free(w->beta);
-}
-
 /* Row r's token t on oracle slot `slot`; its outputs into ref. */
-static void oracle_token(fixture *f, const window *w, uint32_t t, uint32_t r, uint32_t slot, double *ref)
+static void oracle_token(fixture *f, const ts_window *w, uint32_t t, uint32_t r, uint32_t slot, double *ref)
 {
     rssm_error err;
     ts_inputs one;
@@ -248,8 +202,8 @@ static void check_windows(rssm_gate_kind kind, rssm_gate_mode mode)
             rejected_all += accepted[r] == 0;
             accepted_all += accepted[r] == drafts[r] && drafts[r] > 1;
         }
-        window w;
-        window_make(&w, &m, ROWS, t_max, &f.rng);
+        ts_window w;
+        ts_window_make(&w, &m, ROWS, t_max, &f.rng);
         ts_poison(out, ts_out_elems(&m, ROWS) * t_max * sizeof *out);
         TS_OK(rssm_batch_verify(f.env.batch, ROWS, slots, drafts, &w.in, out, &err), &err);
         if (round == 0)
@@ -302,7 +256,7 @@ static void check_windows(rssm_gate_kind kind, rssm_gate_mode mode)
             }
             f.seq[s] = after[r];
         }
-        window_free(&w);
+        ts_window_free(&w);
 
         /* An ordinary step of every row between rounds. */
         ts_inputs in;
@@ -433,8 +387,8 @@ static void window_is_steps(void **state)
             TS_OK(rssm_pool_materialise(f.env.pool, 0, &err), &err);
             TS_OK(rssm_pool_materialise(f.env.pool, 1, &err), &err);
         }
-        window w;
-        window_make(&w, &m, 1, T, &f.rng);
+        ts_window w;
+        ts_window_make(&w, &m, 1, T, &f.rng);
         for (uint32_t t = 0; t < T; t++) {
             const uint64_t len = seq + t + 1;
             ts_step(&f.env, 1, &s0, &len, 0, &w.tok[t], a + t * n_out);
@@ -446,7 +400,7 @@ static void window_is_steps(void **state)
         TS_OK(rssm_pool_read_state(f.env.pool, 0, sa, &err), &err);
         TS_OK(rssm_pool_read_state(f.env.pool, 1, sb, &err), &err);
         expect_same(sa, sb, n_state, exact, f.tol, "state");
-        window_free(&w);
+        ts_window_free(&w);
     }
     free(a);
     free(b);
@@ -472,8 +426,8 @@ static void overflowing_token(void **state)
     for (uint32_t s = 1; s < 3; s++)
         TS_OK(rssm_oracle_copy(f.oracle, 0, s, &err), &err);
     enum { T = 4, HOT = 2 };
-    window w;
-    window_make(&w, &m, 3, T, &f.rng);
+    ts_window w;
+    ts_window_make(&w, &m, 3, T, &f.rng);
     /* token HOT's v far beyond fp16 for every row (q, k are normalised) */
     const size_t nv = w.tok[HOT].nv;
     for (size_t i = 0; i < nv; i++) {
@@ -524,7 +478,7 @@ static void overflowing_token(void **state)
     free(got);
     free(out);
     free(ref);
-    window_free(&w);
+    ts_window_free(&w);
     fixture_close(&f);
 }
 
@@ -536,8 +490,8 @@ static void bad_calls(void **state)
     rssm_model m = ts_small_model(RSSM_GATE_GDN, LAYERS, L);
     fixture f;
     fixture_open(&f, &m, 2);
-    window w;
-    window_make(&w, &m, 2, 2, &f.rng);
+    ts_window w;
+    ts_window_make(&w, &m, 2, 2, &f.rng);
     float *out = malloc(ts_out_elems(&m, ROWS) * CAP * sizeof *out);
     assert_non_null(out);
     ts_pool_snapshot before;
@@ -557,7 +511,7 @@ static void bad_calls(void **state)
     TS_EXPECT(rssm_pool_accept(NULL, 1, &s0, drafts2, &seq, 0, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     ts_snapshot_expect_equal(&before, f.env.pool);
     ts_snapshot_free(&before);
-    window_free(&w);
+    ts_window_free(&w);
     fixture_close(&f);
 
     /* packed decode has no ring for tentative tokens */
@@ -566,9 +520,9 @@ static void bad_calls(void **state)
     ts_env_open(&env, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, ROWS);
     uint32_t slot = 0;
     TS_OK(rssm_pool_alloc(env.pool, &slot, &err), &err);
-    window_make(&w, &m, 1, 1, &f.rng);
+    ts_window_make(&w, &m, 1, 1, &f.rng);
     TS_EXPECT(rssm_batch_verify(env.batch, 1, &slot, drafts2, &w.in, out, &err), RSSM_ERR_UNSUPPORTED, &err);
-    window_free(&w);
+    ts_window_free(&w);
     ts_env_close(&env);
 
     /* raw gates need their weights first */
@@ -576,10 +530,10 @@ static void bad_calls(void **state)
     m.gate_mode = RSSM_GATE_RAW;
     ts_env_open(&env, ts_backend(), &m, 2, RSSM_FLUSH_ALIGNED, ROWS);
     TS_OK(rssm_pool_alloc(env.pool, &slot, &err), &err);
-    window_make(&w, &m, 1, 1, &f.rng);
+    ts_window_make(&w, &m, 1, 1, &f.rng);
     TS_EXPECT(rssm_batch_verify(env.batch, 1, &slot, drafts2, &w.in, out, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     assert_non_null(strstr(err.message, "A_log"));
-    window_free(&w);
+    ts_window_free(&w);
     ts_env_close(&env);
     free(out);
 }

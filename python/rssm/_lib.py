@@ -141,6 +141,8 @@ _PROTOTYPES = {
                                        POINTER(RssmError)]),
     "rssm_layer_advance": (c_int, [c_void_p, c_uint32, c_void_p, c_void_p, c_void_p, c_void_p, c_void_p,
                                    POINTER(RssmError)]),
+    "rssm_layer_verify": (c_int, [c_void_p, c_uint32, c_uint32, c_void_p, POINTER(RssmLayerTensors), c_void_p,
+                                  POINTER(RssmError)]),
 }
 
 

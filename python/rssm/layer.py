@@ -391,9 +391,12 @@ def _per_row(a: dict, names, rows: int) -> list:
     return converted
 
 
-def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, **inputs) -> PreparedRun:
+def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, window_rows: int | None = None,
+                **inputs) -> PreparedRun:
     """Reads and checks the arrays of Layer.run (which documents them)
-    against `desc`, converting the gates and per-row arrays where needed."""
+    against `desc`, converting the gates and per-row arrays where needed.
+    With window_rows (Layer.verify), the per-row arrays have that many rows
+    and the step arrays a whole number of times as many (token-major)."""
     d = desc
     H, HV, K, V = d.num_qk_heads, d.num_v_heads, d.head_k, d.head_v
     names = ("q", "k", "v", "gate", "beta", "out", "state", "ring_d", "ring_k", "ring_g", "slot_index",
@@ -429,10 +432,15 @@ def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, **inputs
         _gate_param(a["dt_bias"], ((HV, K), (HV * K,)) if d.gate_kind == "kda" else ((HV,),))
 
     _check_pool(d, a)
-    converted += _per_row(a, ("slot_index", "write_pos", "force"), rows)
+    per_row = rows
+    if window_rows is not None:
+        if window_rows == 0 or rows % window_rows:
+            raise ValueError(f"{rows} step-array rows are not a whole number of windows of {window_rows} rows")
+        per_row = window_rows
+    converted += _per_row(a, ("slot_index", "write_pos", "force"), per_row)
     if a["overflow"] is not None:
         _need_dtype(a["overflow"], ("uint32", "int32"))
-        _vector(a["overflow"], rows)
+        _vector(a["overflow"], per_row)
     return PreparedRun(d, rows, a, converted)
 
 
@@ -512,6 +520,41 @@ class Layer:
         with self._calls:
             status = self._c.rssm_layer_run(self._h, rows, ctypes.byref(tensors), stream, err)
         _lib.check("rssm_layer_run", status, err)
+
+    def verify(self, *, drafts, q, k, v, gate, beta, out, state, ring_d, ring_k, ring_g, slot_index, write_pos,
+               A_log=None, dt_bias=None, overflow=None, stream=None):
+        """rssm_layer_verify: speculative-decode verify of this layer
+        (docs/design.md §9). Row r (rows = slot_index.shape[0]) runs
+        drafts[r] draft tokens from its slot's state, token t at ring
+        position write_pos[r] + t (write_pos[r] + drafts[r] <= ring_len - 1);
+        q, k, v, gate, beta and out are token-major, T * rows rows with token
+        t of row r at row t * rows + r (T = q.shape[0] // rows, the largest
+        drafts[r]); drafts [rows] int32 or uint32, where slot_index is. Each
+        token's output is what that many steps would give; the tokens'
+        entries are left in the ring as tentative ones and the state is not
+        written: accepting k tokens of row r is setting its slot's cursor to
+        write_pos[r] + k. overflow [rows], optional, gets each row's first
+        token whose 16-bit ring entry overflowed (0xffffffff: none). Other
+        arrays as in run(). Returns out."""
+        n = array_info(slot_index, "slot_index")
+        rows = n.shape[0] if n.shape else 0
+        run = prepare_run(self.desc, self.backend.name, self.backend.memory, window_rows=rows, q=q, k=k, v=v,
+                          gate=gate, beta=beta, out=out, state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g,
+                          slot_index=slot_index, write_pos=write_pos, force=None, A_log=A_log, dt_bias=dt_bias,
+                          overflow=overflow)
+        d = array_info(drafts, "drafts")
+        _check_where(self.backend.name, self.backend.memory, [d])
+        if d.dtype not in ("int32", "uint32"):
+            raise ValueError(f"{d.describe()}: expected int32 or uint32 token counts")
+        _vector(d, rows)
+        st = _stream(stream, [*run.arrays.values(), d], self.backend.memory)
+        _keep_converted(run.converted, st)
+        t = _lib.RssmLayerTensors(**{n: (info.ptr if info is not None else None) for n, info in run.arrays.items()})
+        err = _lib.RssmError()
+        with self._calls:
+            status = self._c.rssm_layer_verify(self._h, rows, run.rows // rows, d.ptr, ctypes.byref(t), st, err)
+        _lib.check("rssm_layer_verify", status, err)
+        return out
 
     def _rows(self, raw: dict, names, extra=()) -> tuple:
         """The per-row arrays `names` of `raw` (slot_index and write_pos

@@ -118,3 +118,54 @@ def test_backend_info_and_can_implement():
     assert "cpu" in rssm.backend_names()
     desc = rssm.LayerDesc(num_qk_heads=2, num_v_heads=4, head_k=16, head_v=8, slots=4, max_rows=4)
     assert rssm.can_implement(desc, "cpu") is None
+
+
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_verify_is_its_steps(gate_kind):
+    """Layer.verify: each draft token's output is what that many Layer.run
+    steps give (bit for bit on the cpu backend, whose window sums as its
+    steps do), rows of different window sizes in one call; accepting k
+    tokens is the cursor alone, and the slot's true state is then the k
+    steps'."""
+    rng = np.random.default_rng(12)
+    kda = gate_kind == "kda"
+    H, HV, K, V, L, rows, T = 1, 2, 8, 4, 5, 2, 3
+    desc = rssm.LayerDesc(num_qk_heads=H, num_v_heads=HV, head_k=K, head_v=V, slots=3, max_rows=rows * T,
+                          ring_len=L, gate_kind=gate_kind, gate_mode="precomputed", ring_dtype="fp32",
+                          ring_d_slot_stride=HV * L * V, ring_d_head_stride=L * V,
+                          ring_k_slot_stride=H * L * K, ring_k_head_stride=L * K,
+                          ring_g_slot_stride=HV * L * (K if kda else 1), ring_g_head_stride=L * (K if kda else 1))
+    layer = rssm.Layer(desc, "cpu")
+    win = make(rng, desc)
+    steps = {n: a.copy() for n, a in win.items()}
+    idx = np.array([2, 0], np.int32)
+    write_pos = np.zeros(rows, np.int32)
+    drafts = np.array([T, 2], np.int32)
+    q, k = (rng.uniform(-1, 1, (T * rows, H, K)).astype(np.float32) for _ in range(2))
+    v = rng.uniform(-1, 1, (T * rows, HV, V)).astype(np.float32)
+    g = -rng.uniform(0.01, 0.5, (T * rows, HV, K) if kda else (T * rows, HV)).astype(np.float32)
+    beta = rng.uniform(0.1, 0.9, (T * rows, HV)).astype(np.float32)
+    out = np.full((T * rows, HV, V), np.nan, np.float32)
+    overflow = np.zeros(rows, np.uint32)
+    layer.verify(drafts=drafts, q=q, k=k, v=v, gate=g, beta=beta, out=out, slot_index=idx, write_pos=write_pos,
+                 overflow=overflow, **win)
+    assert (overflow == 0xffffffff).all()
+    for t in range(T):
+        s = slice(t * rows, (t + 1) * rows)
+        o = np.empty((rows, HV, V), np.float32)
+        live = t < drafts  # rows still in their window
+        pos = np.where(live, t, 0).astype(np.int32)
+        slot = np.where(live, idx, -1).astype(np.int32)
+        layer.run(q=q[s], k=k[s], v=v[s], gate=g[s], beta=beta[s], out=o, slot_index=slot, write_pos=pos, **steps)
+        np.testing.assert_array_equal(out[s][live], o[live])
+    # accept 1 of row 0's tokens and both of row 1's: the cursors alone
+    for r, kept in enumerate((1, 2)):
+        expect = ring_state(steps["state"][idx[r]], steps["ring_d"][idx[r]], steps["ring_k"][idx[r]],
+                            steps["ring_g"][idx[r]], kept)
+        got = ring_state(win["state"][idx[r]], win["ring_d"][idx[r]], win["ring_k"][idx[r]],
+                         win["ring_g"][idx[r]], kept)
+        np.testing.assert_array_equal(got, expect)
+    np.testing.assert_array_equal(win["state"], steps["state"])  # no checkpoint written
+    with pytest.raises(ValueError):
+        layer.verify(drafts=drafts, q=q[:5], k=k[:5], v=v[:5], gate=g[:5], beta=beta[:5], out=out[:5],
+                     slot_index=idx, write_pos=write_pos, **win)
