@@ -264,8 +264,11 @@ static rssm_status verify_unlocked(rssm_batch *b, uint32_t rows, const uint32_t 
      * stays, and the window starts an empty ring. */
     if ((st = fold_full_rings(b, rows, slots, drafts, err)) != RSSM_OK)
         return st;
-    for (uint32_t r = 0; r < rows; r++)
-        p->verify[slots[r]] = (rssm_verify_state){.drafts = drafts[r], .base = p->write_pos[slots[r]]};
+    for (uint32_t r = 0; r < rows; r++) {
+        rssm_verify_state *v = &p->verify[slots[r]]; /* cleared: no cuts yet */
+        v->drafts = drafts[r];
+        v->base = p->write_pos[slots[r]];
+    }
     st = p->backend->ops->batch_verify ? window_at_once(b, rows, slots, drafts, t_max, in, out, err)
                                        : RSSM_ERR_UNSUPPORTED;
     if (st == RSSM_ERR_UNSUPPORTED) /* no window of the backend's own for these rows */
