@@ -139,7 +139,6 @@ cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_b
  * `rows` rows of `t_max` tokens. Rings of up to RSSM_CUDA_STREAM_MAX_RING
  * entries, as the stream kernels; prepare before launching, outside stream
  * capture. */
-#define RSSM_CUDA_WINDOW_WARPS 4u
 int rssm_cuda_window_supported(const rssm_kernel_params *p);
 size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max);
 cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p);

@@ -67,7 +67,7 @@ constexpr int kT = (int)RSSM_MAX_DRAFT;
 constexpr int kCoefThreads = 256;                 /* coefficient CTA */
 constexpr int kCoefGroups = kCoefThreads / kMaxK; /* its token groups: thread = channel */
 constexpr int kGW = kMaxK / 32;                   /* warps per group */
-constexpr int kWarps = (int)RSSM_CUDA_WINDOW_WARPS; /* readout CTA */
+constexpr int kWarps = 4;                         /* readout CTA */
 constexpr int kRPL = 2;                           /* value rows per lane */
 constexpr int kRowsPerCta = kWarps * 8 * kRPL;
 static_assert(kT <= kJ && 2 * kJ == 32, "a window fits the ring; 2 kJ sums fill a warp's reduce-scatter");
