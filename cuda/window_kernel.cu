@@ -73,7 +73,6 @@ constexpr int kRowsPerCta = kWarps * 8 * kRPL;
 static_assert(kT <= kJ && 2 * kJ == 32, "a window fits the ring; 2 kJ sums fill a warp's reduce-scatter");
 static_assert(kCoefThreads % kMaxK == 0, "whole token groups");
 
-
 struct WArgs {
     rssm_kernel_params p;
     /* io: the window's token-major step arrays (token t of row r at step-array
