@@ -638,15 +638,36 @@ static void print_table_row(const result_row *r, double copy_bps)
     fflush(stdout);
 }
 
-/* A verify row's figures (docs/bench.md, "Verify"): per window, all rows;
- * per accepted token, per row as a step's us are. */
-static double verify_us(const verify_row *v) { return 1e6 * v->v.seconds; }
-static double verify_min_us(const verify_row *v) { return 1e6 * v->v.min_seconds; }
-static double accept_us(const verify_row *v) { return 1e6 * v->v.accept_seconds; }
-static double fold_us(const verify_row *v) { return v->k ? 1e6 * v->v.fold_seconds : NAN; }
-static double us_per_token(const verify_row *v) { return v->k ? (verify_us(v) + accept_us(v)) / v->k : NAN; }
-static double base_replay_us(const verify_row *v) { return us_per_step(&v->base->replay); }
-static double base_packed_us(const verify_row *v) { return us_per_step(&v->base->packed); }
+/* A verify row's figures (docs/bench.md, "Verify"), worked out once for
+ * the table, the CSV and the JSON: per window, all rows; per accepted
+ * token, per row as a step's us are. */
+typedef struct verify_figures {
+    double replay_us, packed_us;          /* the base row's step */
+    double verify_us, verify_min_us;      /* one window */
+    double over_replay, over_t_replay;    /* a window over one step, over T steps */
+    double accept_us, accept_pct_of_step;
+    double fold_us;                       /* NaN when nothing is accepted */
+    double us_per_token;                  /* (window + accept) / k */
+    double tokens_over_replay, tokens_over_packed;
+} verify_figures;
+
+static verify_figures verify_figures_of(const verify_row *v)
+{
+    verify_figures x;
+    x.replay_us = us_per_step(&v->base->replay);
+    x.packed_us = us_per_step(&v->base->packed);
+    x.verify_us = 1e6 * v->v.seconds;
+    x.verify_min_us = 1e6 * v->v.min_seconds;
+    x.over_replay = x.verify_us / x.replay_us;
+    x.over_t_replay = x.verify_us / (v->T * x.replay_us);
+    x.accept_us = 1e6 * v->v.accept_seconds;
+    x.accept_pct_of_step = 100.0 * x.accept_us / x.replay_us;
+    x.fold_us = v->k ? 1e6 * v->v.fold_seconds : NAN;
+    x.us_per_token = v->k ? (x.verify_us + x.accept_us) / v->k : NAN;
+    x.tokens_over_replay = x.replay_us / x.us_per_token;
+    x.tokens_over_packed = x.packed_us / x.us_per_token;
+    return x;
+}
 
 static void print_verify_header(void)
 {
@@ -658,18 +679,18 @@ static void print_verify_header(void)
 static void print_verify_row(const verify_row *v)
 {
     char wn[16], ru[16], vu[16], vs[16], vt[16], au[16], ap[16], fu[16], tu[16], tr[16], tp[16], sd[16];
-    const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+    const verify_figures x = verify_figures_of(v);
     fmt(wn, sizeof wn, "%.0f", v->v.windows ? (double)v->v.windows : NAN);
-    fmt(ru, sizeof ru, "%.1f", rus);
-    fmt(vu, sizeof vu, "%.1f", vus);
-    fmt(vs, sizeof vs, "%.2fx", vus / rus);
-    fmt(vt, sizeof vt, "%.2fx", vus / (v->T * rus));
-    fmt(au, sizeof au, "%.2f", accept_us(v));
-    fmt(ap, sizeof ap, "%.2f%%", 100.0 * accept_us(v) / rus);
-    fmt(fu, sizeof fu, "%.1f", fold_us(v));
-    fmt(tu, sizeof tu, "%.1f", tus);
-    fmt(tr, sizeof tr, "%.2fx", rus / tus);
-    fmt(tp, sizeof tp, "%.2fx", base_packed_us(v) / tus);
+    fmt(ru, sizeof ru, "%.1f", x.replay_us);
+    fmt(vu, sizeof vu, "%.1f", x.verify_us);
+    fmt(vs, sizeof vs, "%.2fx", x.over_replay);
+    fmt(vt, sizeof vt, "%.2fx", x.over_t_replay);
+    fmt(au, sizeof au, "%.2f", x.accept_us);
+    fmt(ap, sizeof ap, "%.2f%%", x.accept_pct_of_step);
+    fmt(fu, sizeof fu, "%.1f", x.fold_us);
+    fmt(tu, sizeof tu, "%.1f", x.us_per_token);
+    fmt(tr, sizeof tr, "%.2fx", x.tokens_over_replay);
+    fmt(tp, sizeof tp, "%.2fx", x.tokens_over_packed);
     fmt(sd, sizeof sd, "%.3f", v->v.seconds / v->v.min_seconds);
     printf("%-4s %-5s %3u %5u %2u %3u%% %2u %3s | %10s | %10s %6s %6s | %9s %6s | %10s | %10s %7s %7s | %6s | %s%s%s\n",
            v->base->gate, v->base->state, v->base->L, v->base->batch, v->T, v->accept_pct, v->k, wn, ru, vu,
@@ -715,13 +736,13 @@ static int write_verify_csv(const char *prefix, const verify_row *rows, size_t n
     for (size_t i = 0; i < n; i++) {
         const verify_row *v = &rows[i];
         const result_row *r = v->base;
-        const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+        const verify_figures x = verify_figures_of(v);
         fprintf(f, "%s,%s,%s,%s,%s,%u,%u,%u,%s,%u,%u,%u,%u,%s,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,%.4g,"
                    "%.4g,\"%s\"\n",
                 backend, r->gate, r->state, rssm_dtype_name(o->ring_dtype), rssm_dtype_name(o->io_dtype), r->L,
-                r->batch, r->layers, r->positions, v->T, v->accept_pct, v->k, v->v.windows, v->status, rus,
-                base_packed_us(v), vus, verify_min_us(v), vus / rus, vus / (v->T * rus), accept_us(v),
-                100.0 * accept_us(v) / rus, fold_us(v), tus, rus / tus, base_packed_us(v) / tus, v->note);
+                r->batch, r->layers, r->positions, v->T, v->accept_pct, v->k, v->v.windows, v->status, x.replay_us,
+                x.packed_us, x.verify_us, x.verify_min_us, x.over_replay, x.over_t_replay, x.accept_us,
+                x.accept_pct_of_step, x.fold_us, x.us_per_token, x.tokens_over_replay, x.tokens_over_packed, v->note);
     }
     return fclose(f) == 0;
 }
@@ -734,7 +755,7 @@ static void json_verify_rows(FILE *f, const verify_row *rows, size_t n)
     for (size_t i = 0; i < n; i++) {
         const verify_row *v = &rows[i];
         const result_row *r = v->base;
-        const double rus = base_replay_us(v), vus = verify_us(v), tus = us_per_token(v);
+        const verify_figures x = verify_figures_of(v);
         fprintf(f, "  {");
         json_str(f, "gate", r->gate, 1);
         json_str(f, "state_dtype", r->state, 1);
@@ -744,18 +765,18 @@ static void json_verify_rows(FILE *f, const verify_row *rows, size_t n)
         json_num(f, "windows", v->v.windows ? (double)v->v.windows : NAN, 1);
         json_str(f, "status", v->status, 1);
         json_str(f, "note", v->note, 1);
-        json_num(f, "replay_us", rus, 1);
-        json_num(f, "packed_us", base_packed_us(v), 1);
-        json_num(f, "verify_us", vus, 1);
-        json_num(f, "verify_min_us", verify_min_us(v), 1);
-        json_num(f, "verify_over_replay", vus / rus, 1);
-        json_num(f, "verify_over_t_replay", vus / (v->T * rus), 1);
-        json_num(f, "accept_us", accept_us(v), 1);
-        json_num(f, "accept_pct_of_step", 100.0 * accept_us(v) / rus, 1);
-        json_num(f, "fold_us", fold_us(v), 1);
-        json_num(f, "us_per_token", tus, 1);
-        json_num(f, "tokens_over_replay", rus / tus, 1);
-        json_num(f, "tokens_over_packed", base_packed_us(v) / tus, 0);
+        json_num(f, "replay_us", x.replay_us, 1);
+        json_num(f, "packed_us", x.packed_us, 1);
+        json_num(f, "verify_us", x.verify_us, 1);
+        json_num(f, "verify_min_us", x.verify_min_us, 1);
+        json_num(f, "verify_over_replay", x.over_replay, 1);
+        json_num(f, "verify_over_t_replay", x.over_t_replay, 1);
+        json_num(f, "accept_us", x.accept_us, 1);
+        json_num(f, "accept_pct_of_step", x.accept_pct_of_step, 1);
+        json_num(f, "fold_us", x.fold_us, 1);
+        json_num(f, "us_per_token", x.us_per_token, 1);
+        json_num(f, "tokens_over_replay", x.tokens_over_replay, 1);
+        json_num(f, "tokens_over_packed", x.tokens_over_packed, 0);
         fprintf(f, "}%s\n", i + 1 < n ? "," : "");
     }
     fprintf(f, " ]\n");
