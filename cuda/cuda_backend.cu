@@ -492,17 +492,24 @@ rssm_status cuda_batch_upload(void *ctx, void *batch, uint32_t rows, const rssm_
     return rssm_clear_error(err);
 }
 
+/* The step header of `rows` rows, through the pinned copy, onto the
+ * context's stream (batch_run's and the window's). */
+cudaError_t upload_header(CudaCtx *c, CudaBatch *b, uint32_t rows, const rssm_row_header *hdr)
+{
+    b->header_host[RSSM_HEADER_ROWS] = rows;
+    memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
+    return cudaMemcpyAsync(b->header_dev, b->header_host, 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows),
+                           cudaMemcpyHostToDevice, c->stream);
+}
+
 rssm_status cuda_batch_run(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
                            uint32_t *overflow, rssm_error *err)
 {
     const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
-    b->header_host[RSSM_HEADER_ROWS] = rows;
-    memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
-    const size_t bytes = 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows);
     const size_t flag_bytes = rows * sizeof(uint32_t);
-    CK(cudaMemcpyAsync(b->header_dev, b->header_host, bytes, cudaMemcpyHostToDevice, c->stream));
+    CK(upload_header(c, b, rows, hdr));
     CK(cudaMemsetAsync(b->overflow_dev, 0, flag_bytes, c->stream));
     CK(cudaEventRecord(b->start, c->stream));
     CK(cudaGraphLaunch(b->exec, c->stream));
@@ -588,10 +595,7 @@ rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_
     if (st != RSSM_OK)
         return st;
     CK(rssm_cuda_window_prepare(&p));
-    b->header_host[RSSM_HEADER_ROWS] = rows;
-    memcpy(b->header_host + RSSM_HEADER_WORDS, hdr, rows * sizeof(rssm_row_header));
-    CK(cudaMemcpyAsync(b->header_dev, b->header_host, 4u * (RSSM_HEADER_WORDS + RSSM_ROW_WORDS * (size_t)rows),
-                       cudaMemcpyHostToDevice, c->stream));
+    CK(upload_header(c, b, rows, hdr));
     CK(cudaMemcpyAsync(b->wdrafts, drafts, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
     CK(cudaMemsetAsync(b->wfirst, 0xff, rows * sizeof(uint32_t), c->stream));
     const size_t layers = p.layers;
