@@ -303,18 +303,23 @@ def test_cuda_matches_reference(gate_kind, backend, B):
     np.testing.assert_allclose(t["initial_state"].cpu().numpy(), e.ref, rtol=1e-4, atol=1e-4 * np.abs(e.ref).max())
 
 
+def twin_engines(seed, dev):
+    """Two engines from the same seed, rings empty, and their tensors on
+    `dev`: one for a captured graph, one for the eager steps it must match."""
+    eg, ee = Engine(np.random.default_rng(seed), slots=4, L=4), Engine(np.random.default_rng(seed), slots=4, L=4)
+    for e in eg, ee:
+        for r in e.d_cache, e.k_cache, e.g_cache:
+            r[...] = 0.0
+    return eg, ee, {n: x.to(dev) for n, x in as_torch(eg).items()}, {n: x.to(dev) for n, x in as_torch(ee).items()}
+
+
 @needs_cuda
 def test_cuda_graph_capture_and_replay():
     """One step captured in a CUDA graph (decode + advance), replayed with new
     inputs copied into the static tensors, against the same steps run eagerly."""
     rng = np.random.default_rng(25)
     dev = torch.device("cuda")
-    eg, ee = Engine(np.random.default_rng(9), slots=4, L=4), Engine(np.random.default_rng(9), slots=4, L=4)
-    for e in eg, ee:
-        for r in e.d_cache, e.k_cache, e.g_cache:
-            r[...] = 0.0
-    tg = {n: x.to(dev) for n, x in as_torch(eg).items()}
-    te = {n: x.to(dev) for n, x in as_torch(ee).items()}
+    eg, ee, tg, te = twin_engines(9, dev)
     B = 3
     static = dict(mixed=torch.zeros(B, 2 * 2 * 16 + 4 * 8, device=dev), a=torch.zeros(B, 4, device=dev),
                   b=torch.zeros(B, 4, device=dev), idx=torch.zeros(B, dtype=torch.int32, device=dev),
@@ -365,12 +370,7 @@ def test_capture_of_a_prepared_call():
     from rssm import _prepared
 
     dev = torch.device("cuda")
-    eg, ee = Engine(np.random.default_rng(12), slots=4, L=4), Engine(np.random.default_rng(12), slots=4, L=4)
-    for e in eg, ee:
-        for r in e.d_cache, e.k_cache, e.g_cache:
-            r[...] = 0.0
-    tg = {n: x.to(dev) for n, x in as_torch(eg).items()}
-    te = {n: x.to(dev) for n, x in as_torch(ee).items()}
+    eg, ee, tg, te = twin_engines(12, dev)
     B = 3
     static = dict(mixed=torch.zeros(B, 2 * 2 * 16 + 4 * 8, device=dev), a=torch.zeros(B, 4, device=dev),
                   b=torch.zeros(B, 4, device=dev), idx=torch.tensor([2, 0, 3], dtype=torch.int32, device=dev),
