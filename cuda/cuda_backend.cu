@@ -394,6 +394,8 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
         b->plan.kernel = (uint32_t)c->kernel;
     }
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
+    if (rssm_cuda_window_supported(&p)) /* the window kernels' shared-memory limit, once */
+        CK(rssm_cuda_window_prepare(&p));
     const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
     if (scratch)
         CK(cudaMalloc(reinterpret_cast<void **>(&b->scratch), scratch));
@@ -594,7 +596,6 @@ rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_
     rssm_status st = window_reserve(b, rows, t_max, err);
     if (st != RSSM_OK)
         return st;
-    CK(rssm_cuda_window_prepare(&p));
     CK(upload_header(c, b, rows, hdr));
     CK(cudaMemcpyAsync(b->wdrafts, drafts, rows * sizeof(uint32_t), cudaMemcpyHostToDevice, c->stream));
     CK(cudaMemsetAsync(b->wfirst, 0xff, rows * sizeof(uint32_t), c->stream));
