@@ -41,6 +41,16 @@ typedef float vf;
 #define RSSM_F16C 0
 #endif
 
+/* bf16 checkpoint rows are converted in registers as the passes load and
+ * store them (sum_pass_bf16, flush_pass_bf16) with AVX-512, where that made
+ * bf16 steps a quarter faster than converting a block into scratch and back;
+ * with AVX2 and SSE2 it made packed steps slower, so those convert blocks. */
+#if RSSM_VECTOR_EXT && defined(__AVX512F__)
+#define RSSM_BF16_IN_REGISTERS 1
+#else
+#define RSSM_BF16_IN_REGISTERS 0
+#endif
+
 static inline vf vload(const float *p)
 {
     vf v;
@@ -58,6 +68,54 @@ static inline vf vzero(void)
     vf z;
     memset(&z, 0, sizeof z);
     return z;
+}
+
+/* Element i of checkpoint rows at base as they are stored, fp32 or bf16
+ * (the flag is a constant wherever these are inlined). The conversions are
+ * exact and give dtype.h's bits, so results do not depend on where they
+ * are done. */
+#define RSSM_INLINE static inline __attribute__((always_inline))
+#if RSSM_VECTOR_EXT
+typedef uint16_t vh __attribute__((vector_size(RSSM_VF * sizeof(uint16_t))));
+typedef uint32_t vu __attribute__((vector_size(RSSM_VF * sizeof(uint32_t))));
+#endif
+
+RSSM_INLINE float state_at(const void *base, size_t i, int bf16)
+{
+    return bf16 ? bf16_to_f32(((const uint16_t *)base)[i]) : ((const float *)base)[i];
+}
+
+RSSM_INLINE vf vload_state(const void *base, size_t i, int bf16)
+{
+    if (!bf16)
+        return vload((const float *)base + i);
+#if RSSM_VECTOR_EXT
+    vh h;
+    memcpy(&h, (const uint16_t *)base + i, sizeof h);
+    const vu u = __builtin_convertvector(h, vu) << 16;
+    vf f;
+    memcpy(&f, &u, sizeof f);
+    return f;
+#else
+    return state_at(base, i, 1);
+#endif
+}
+
+RSSM_INLINE void vstore_state(void *base, size_t i, vf v, int bf16)
+{
+    if (!bf16) {
+        vstore((float *)base + i, v);
+        return;
+    }
+#if RSSM_VECTOR_EXT
+    vu u;
+    memcpy(&u, &v, sizeof u);
+    const vu nan = (vu)RSSM_F32_IS_NAN(u);
+    const vh h = __builtin_convertvector((RSSM_BF16_QUIET_NAN(u) & nan) | (RSSM_BF16_ROUNDED(u) & ~nan), vh);
+    memcpy((uint16_t *)base + i, &h, sizeof h);
+#else
+    ((uint16_t *)base)[i] = f32_to_bf16(v);
+#endif
 }
 
 /* n elements of dtype `t` (a RSSM_CODE_DTYPE_*) at src, as fp32. */
@@ -193,8 +251,44 @@ static inline v4 last_levels(v4 t0, v4 t1, v4 t2, v4 t3)
  * the FMAs (two per 16 floats of C) instead of by three loads per 8 floats.
  * Rows are still read one after the other (see dot2_block). */
 typedef float v16 __attribute__((vector_size(64)));
-static inline void dot2_block_k128(const float *restrict rows, const float *restrict x,
-                                   const float *restrict y, float *sx, float *sy)
+typedef uint32_t vu16 __attribute__((vector_size(64)));
+
+/* vload_state and vstore_state, 16 wide, in AVX-512F instructions: GCC
+ * builds the generic conversions out of 8-wide halves (an insert per load,
+ * a pack and a permute per store), which cost more than the flush's FMAs. */
+RSSM_INLINE v16 load16_state(const void *base, size_t i, int bf16)
+{
+    v16 f;
+    if (!bf16) {
+        memcpy(&f, (const float *)base + i, sizeof f);
+        return f;
+    }
+    const __m512i u = _mm512_slli_epi32(
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)(const void *)((const uint16_t *)base + i))), 16);
+    memcpy(&f, &u, sizeof f);
+    return f;
+}
+
+RSSM_INLINE void store16_state(void *base, size_t i, v16 v, int bf16)
+{
+    if (!bf16) {
+        memcpy((float *)base + i, &v, sizeof v);
+        return;
+    }
+    vu16 u;
+    memcpy(&u, &v, sizeof u);
+    const vu16 r = RSSM_BF16_ROUNDED(u), q = RSSM_BF16_QUIET_NAN(u), a = u & 0x7fffffffu;
+    __m512i ri, qi, ai;
+    memcpy(&ri, &r, sizeof ri);
+    memcpy(&qi, &q, sizeof qi);
+    memcpy(&ai, &a, sizeof ai);
+    const __mmask16 nan = _mm512_cmpgt_epu32_mask(ai, _mm512_set1_epi32(0x7f800000));
+    _mm256_storeu_si256((__m256i *)(void *)((uint16_t *)base + i),
+                        _mm512_cvtepi32_epi16(_mm512_mask_mov_epi32(ri, nan, qi)));
+}
+
+static inline void dot2_block_k128(const void *restrict rows, int bf16, const float *restrict x,
+                                 const float *restrict y, float *sx, float *sy)
 {
     v16 xr[8], yr[8];
     for (uint32_t i = 0; i < 8; i++) {
@@ -203,11 +297,9 @@ static inline void dot2_block_k128(const float *restrict rows, const float *rest
     }
     v4 tx[RSSM_ROW_BLOCK], ty[RSSM_ROW_BLOCK];
     for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
-        const float *restrict row = rows + (size_t)r * 128;
         v16 a[2] = {{0}}, b[2] = {{0}};
         for (uint32_t i = 0; i < 8; i++) {
-            v16 c;
-            memcpy(&c, row + 16 * i, sizeof c);
+            const v16 c = load16_state(rows, (size_t)r * 128 + 16 * i, bf16);
             a[i & 1] += c * xr[i];
             b[i & 1] += c * yr[i];
         }
@@ -231,12 +323,12 @@ static inline void dot2_block_k128(const float *restrict rows, const float *rest
  * the rows interleaved (to share the loads of x and y) defeated the hardware
  * prefetcher and made every step from memory twice as slow. The trees of the
  * four rows are then finished together, as vectors. */
-static inline void dot2_block(const float *restrict rows, uint32_t K, const float *restrict x,
-                              const float *restrict y, float *sx, float *sy)
+static inline void dot2_rows(const void *restrict rows, int bf16, uint32_t K, const float *restrict x,
+                           const float *restrict y, float *sx, float *sy)
 {
 #if RSSM_VECTOR_EXT && defined(__AVX512F__)
     if (K == 128) {
-        dot2_block_k128(rows, x, y, sx, sy);
+        dot2_block_k128(rows, bf16, x, y, sx, sy);
         return;
     }
 #endif
@@ -250,7 +342,7 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
     }
 #endif
     for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
-        const float *restrict row = rows + (size_t)r * K;
+        const size_t row = (size_t)r * K; /* the row's first element */
         vf setx[RSSM_SETS][RSSM_NV], sety[RSSM_SETS][RSSM_NV], ax[RSSM_NV], ay[RSSM_NV];
         for (uint32_t t = 0; t < RSSM_SETS; t++) {
             for (uint32_t u = 0; u < RSSM_NV; u++) {
@@ -263,7 +355,7 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
             for (uint32_t t = 0; t < RSSM_SETS; t++) {
                 for (uint32_t u = 0; u < RSSM_NV; u++) {
                     const uint32_t at = i + t * RSSM_LANES + u * RSSM_VF;
-                    const vf rv = vload(row + at);
+                    const vf rv = vload_state(rows, row + at, bf16);
                     setx[t][u] += rv * vload(x + at);
                     sety[t][u] += rv * vload(y + at);
                 }
@@ -271,7 +363,7 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
         }
         for (; i < body; i += RSSM_LANES) {
             for (uint32_t u = 0; u < RSSM_NV; u++) {
-                const vf rv = vload(row + i + u * RSSM_VF);
+                const vf rv = vload_state(rows, row + i + u * RSSM_VF, bf16);
                 setx[0][u] += rv * vload(x + i + u * RSSM_VF);
                 sety[0][u] += rv * vload(y + i + u * RSSM_VF);
             }
@@ -281,7 +373,8 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
 #if RSSM_VECTOR_EXT
         v4 rt = {0}, px = {0}, py = {0};
         if (has_tail) {
-            memcpy(&rt, row + body, sizeof rt);
+            for (uint32_t l = 0; l < 4; l++)
+                rt[l] = state_at(rows, row + body + l, bf16);
             px = rt * tail_x;
             py = rt * tail_y;
         }
@@ -291,11 +384,11 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
         float s[RSSM_LANES], tail[4];
         memcpy(s, ax, sizeof s);
         for (uint32_t l = 0; has_tail && l < 4; l++)
-            tail[l] = row[body + l] * x[body + l];
+            tail[l] = state_at(rows, row + body + l, bf16) * x[body + l];
         sx[r] = tree_sum(s, has_tail ? tail : NULL);
         memcpy(s, ay, sizeof s);
         for (uint32_t l = 0; has_tail && l < 4; l++)
-            tail[l] = row[body + l] * y[body + l];
+            tail[l] = state_at(rows, row + body + l, bf16) * y[body + l];
         sy[r] = tree_sum(s, has_tail ? tail : NULL);
 #endif
     }
@@ -305,6 +398,13 @@ static inline void dot2_block(const float *restrict rows, uint32_t K, const floa
     memcpy(sx, &rx, sizeof rx);
     memcpy(sy, &ry, sizeof ry);
 #endif
+}
+
+/* dot2_rows on fp32 rows (the ring's weighted keys, scratch) */
+static inline void dot2_block(const float *restrict rows, uint32_t K, const float *restrict x,
+                              const float *restrict y, float *sx, float *sy)
+{
+    dot2_rows(rows, 0, K, x, y, sx, sy);
 }
 
 /* The ring's part of S̄q and S̄k for every value row:
@@ -355,7 +455,7 @@ static void ring_sums(float *restrict rq, float *restrict rk, const float *restr
 
 /* Columns [c, c + nv * RSSM_VF) of RSSM_FLUSH_ROWS rows of the new
  * checkpoint; nv is a constant at each call site, so acc is registers. */
-static inline void flush_cols(float *out, const float *crow, const float *restrict aG,
+static inline void flush_cols(void *out, const void *crow, int bf16, const float *restrict aG,
                               const float *restrict W, const float *restrict dcol, uint32_t dstride,
                               uint32_t n, uint32_t K, const float *restrict dv,
                               const float *restrict k, uint32_t c, uint32_t nv)
@@ -364,7 +464,7 @@ static inline void flush_cols(float *out, const float *crow, const float *restri
     vf acc[RB][RSSM_FLUSH_COLS / RSSM_VF];
     for (uint32_t r = 0; r < RB; r++)
         for (uint32_t u = 0; u < nv; u++)
-            acc[r][u] = vload(crow + (size_t)r * K + c + u * RSSM_VF) * vload(aG + c + u * RSSM_VF);
+            acc[r][u] = vload_state(crow, (size_t)r * K + c + u * RSSM_VF, bf16) * vload(aG + c + u * RSSM_VF);
     for (uint32_t j = 0; j < n; j++) {
         const float *restrict w = W + (size_t)j * K + c;
         const float *restrict dj = dcol + (size_t)j * dstride;
@@ -377,34 +477,33 @@ static inline void flush_cols(float *out, const float *crow, const float *restri
     }
     for (uint32_t r = 0; r < RB; r++)
         for (uint32_t u = 0; u < nv; u++)
-            vstore(out + (size_t)r * K + c + u * RSSM_VF, acc[r][u] + vload(k + c + u * RSSM_VF) * dv[r]);
+            vstore_state(out, (size_t)r * K + c + u * RSSM_VF, acc[r][u] + vload(k + c + u * RSSM_VF) * dv[r], bf16);
 }
 
-/* RSSM_FLUSH_ROWS rows of the new checkpoint (fp32, rows K apart):
+/* RSSM_FLUSH_ROWS rows of the new checkpoint (rows K apart, stored as the
+ * state dtype):
  *   out_r = crow_r*aG + sum_j dcol[j*dstride + r] W_j + dv[r]*k
  * in blocks of RSSM_FLUSH_COLS columns, then one vector, then single
  * columns (K is a multiple of 4), every column with the same operations in
- * the same order. out may be crow (an fp32 checkpoint is updated in place):
- * each block is read whole before any of it is written, so out and crow are
- * not restrict. */
+ * the same order. out may be crow (the checkpoint updated in place): each
+ * block is read whole before any of it is written, so they are not
+ * restrict. */
 #if RSSM_VECTOR_EXT && defined(__AVX512F__)
 /* flush_cols with 16-wide vectors, RSSM_FLUSH_ROWS rows x 32 columns: the
  * same arithmetic, half the instructions; measured faster on Zen 4 even
  * though its FMA units are 256 bits wide. */
-static inline void flush_cols16(float *out, const float *crow, const float *restrict aG,
+static inline void flush_cols16(void *out, const void *crow, int bf16, const float *restrict aG,
                                 const float *restrict W, const float *restrict dcol,
                                 uint32_t dstride, uint32_t n, uint32_t K,
                                 const float *restrict dv, const float *restrict k, uint32_t c)
 {
     enum { RB = RSSM_FLUSH_ROWS };
-    v16 acc[RB][2], t;
+    v16 acc[RB][2];
     for (uint32_t u = 0; u < 2; u++) {
         v16 g;
         memcpy(&g, aG + c + 16 * u, sizeof g);
-        for (uint32_t r = 0; r < RB; r++) {
-            memcpy(&t, crow + (size_t)r * K + c + 16 * u, sizeof t);
-            acc[r][u] = t * g;
-        }
+        for (uint32_t r = 0; r < RB; r++)
+            acc[r][u] = load16_state(crow, (size_t)r * K + c + 16 * u, bf16) * g;
     }
     for (uint32_t j = 0; j < n; j++) {
         const float *restrict w = W + (size_t)j * K + c;
@@ -420,34 +519,90 @@ static inline void flush_cols16(float *out, const float *crow, const float *rest
     for (uint32_t u = 0; u < 2; u++) {
         v16 kv;
         memcpy(&kv, k + c + 16 * u, sizeof kv);
-        for (uint32_t r = 0; r < RB; r++) {
-            t = acc[r][u] + kv * dv[r];
-            memcpy(out + (size_t)r * K + c + 16 * u, &t, sizeof t);
-        }
+        for (uint32_t r = 0; r < RB; r++)
+            store16_state(out, (size_t)r * K + c + 16 * u, acc[r][u] + kv * dv[r], bf16);
     }
 }
 #endif
 
-static void flush_rows(float *out, const float *crow, const float *restrict aG,
-                       const float *restrict W, const float *restrict dcol, uint32_t dstride,
-                       uint32_t n, uint32_t K, const float *restrict dv, const float *restrict k)
+static inline void flush_rows_as(void *out, const void *crow, int bf16, const float *restrict aG,
+                                 const float *restrict W, const float *restrict dcol, uint32_t dstride,
+                                 uint32_t n, uint32_t K, const float *restrict dv, const float *restrict k)
 {
     uint32_t c = 0;
 #if RSSM_VECTOR_EXT && defined(__AVX512F__)
     for (; c + 32 <= K; c += 32)
-        flush_cols16(out, crow, aG, W, dcol, dstride, n, K, dv, k, c);
+        flush_cols16(out, crow, bf16, aG, W, dcol, dstride, n, K, dv, k, c);
 #endif
     for (; c + RSSM_FLUSH_COLS <= K; c += RSSM_FLUSH_COLS)
-        flush_cols(out, crow, aG, W, dcol, dstride, n, K, dv, k, c, RSSM_FLUSH_COLS / RSSM_VF);
+        flush_cols(out, crow, bf16, aG, W, dcol, dstride, n, K, dv, k, c, RSSM_FLUSH_COLS / RSSM_VF);
     for (; c + RSSM_VF <= K; c += RSSM_VF)
-        flush_cols(out, crow, aG, W, dcol, dstride, n, K, dv, k, c, 1);
+        flush_cols(out, crow, bf16, aG, W, dcol, dstride, n, K, dv, k, c, 1);
     for (; c < K; c++) {
         for (uint32_t r = 0; r < RSSM_FLUSH_ROWS; r++) {
-            float acc = crow[(size_t)r * K + c] * aG[c];
+            float acc = state_at(crow, (size_t)r * K + c, bf16) * aG[c];
             for (uint32_t j = 0; j < n; j++)
                 acc += W[(size_t)j * K + c] * dcol[(size_t)j * dstride + r];
-            out[(size_t)r * K + c] = acc + k[c] * dv[r];
+            acc = acc + k[c] * dv[r];
+            if (bf16)
+                ((uint16_t *)out)[(size_t)r * K + c] = f32_to_bf16(acc);
+            else
+                ((float *)out)[(size_t)r * K + c] = acc;
         }
+    }
+}
+
+/* A flush's d and o for the RSSM_ROW_BLOCK rows from v0, from their
+ * checkpoint sums sq, sk (C·x̄q, C·x̄k), the ring's rq, rk and the input v. */
+static inline void flush_block_d_o(uint32_t v0, const float *sq, const float *sk, const float *restrict rq,
+                                   const float *restrict rk, const float *restrict vin, float beta, float kq,
+                                   float *restrict d, float *restrict o)
+{
+    for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
+        const uint32_t v = v0 + r;
+        const float sqv = sq[r] + rq[v];
+        const float skv = sk[r] + rk[v];
+        const float dv = beta * (vin[v] - skv);
+        d[v] = dv;
+        o[v] = sqv + dv * kq;
+    }
+}
+
+/* flush_rows_as on fp32 rows */
+static void flush_rows(float *out, const float *crow, const float *restrict aG, const float *restrict W,
+                       const float *restrict dcol, uint32_t dstride, uint32_t n, uint32_t K,
+                       const float *restrict dv, const float *restrict k)
+{
+    flush_rows_as(out, crow, 0, aG, W, dcol, dstride, n, K, dv, k);
+}
+
+/* The passes over a head's bf16 checkpoint (V rows of K) that convert in
+ * registers (RSSM_BF16_IN_REGISTERS), RSSM_ROW_BLOCK rows at a time. */
+
+/* A step without a flush: o[v] = row_v . xq and d[v] = row_v . xk. */
+static void sum_pass_bf16(const uint8_t *ckpt, uint32_t K, uint32_t V, const float *restrict xq,
+                          const float *restrict xk, float *restrict o, float *restrict d)
+{
+    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK)
+        dot2_rows(ckpt + (size_t)v0 * K * 2, 1, K, xq, xk, o + v0, d + v0);
+}
+
+/* A flush (and the packed step, n = 0), as step_head's block loop does it
+ * for fp32: each block's sums with s->xq and s->xk, its d and o, then the
+ * block rewritten in place with the n ring terms (D: ring d as fp32, V
+ * apart). */
+static void flush_pass_bf16(uint8_t *ckpt, uint32_t K, uint32_t V, uint32_t n, const scratch_map *s,
+                            const float *restrict D, float beta, float kq)
+{
+    const size_t row_bytes = (size_t)K * 2;
+    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
+        uint8_t *crow = ckpt + v0 * row_bytes;
+        float sq[RSSM_ROW_BLOCK], sk[RSSM_ROW_BLOCK];
+        dot2_rows(crow, 1, K, s->xq, s->xk, sq, sk);
+        flush_block_d_o(v0, sq, sk, s->rq, s->rk, s->v, beta, kq, s->d, s->o);
+        for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r += RSSM_FLUSH_ROWS)
+            flush_rows_as(crow + r * row_bytes, crow + r * row_bytes, 1, s->aG, s->W, D + v0 + r, V, n, K,
+                          s->d + v0 + r, s->k);
     }
 }
 
@@ -638,7 +793,14 @@ static void step_head(const rssm_kernel_params *p, const rssm_layer_io *io, cons
         memcpy(o, sums, V * sizeof *o);
         memcpy(d, sums + V, V * sizeof *d);
     }
-    for (uint32_t v0 = 0; v0 < V && !(!flush && sums); v0 += RSSM_ROW_BLOCK) {
+    /* bf16 rows converted as they are loaded and stored, where that is
+     * cheap; otherwise (and always for fp32) the blocks below */
+    const int in_registers = RSSM_BF16_IN_REGISTERS && bf16_state;
+    if (in_registers && flush)
+        flush_pass_bf16(ckpt, K, V, n, &s, D, beta, kq);
+    else if (in_registers && !sums)
+        sum_pass_bf16(ckpt, K, V, s.xq, s.xk, o, d);
+    for (uint32_t v0 = 0; v0 < V && !in_registers && !(!flush && sums); v0 += RSSM_ROW_BLOCK) {
         const float *crow; /* RSSM_ROW_BLOCK rows, K apart */
         if (bf16_state) {
             load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
@@ -655,14 +817,7 @@ static void step_head(const rssm_kernel_params *p, const rssm_layer_io *io, cons
         }
         float sq[RSSM_ROW_BLOCK], sk[RSSM_ROW_BLOCK];
         dot2_block(crow, K, s.xq, s.xk, sq, sk);
-        for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r++) {
-            const uint32_t v = v0 + r;
-            const float sqv = sq[r] + rq[v];
-            const float skv = sk[r] + rk[v];
-            const float dv = beta * (vin[v] - skv);
-            d[v] = dv;
-            o[v] = sqv + dv * kq;
-        }
+        flush_block_d_o(v0, sq, sk, rq, rk, vin, beta, kq, d, o);
         float *dst = bf16_state ? s.rout : (float *)(void *)ckpt + (size_t)v0 * K; /* fp32: in place */
         for (uint32_t r = 0; r < RSSM_ROW_BLOCK; r += RSSM_FLUSH_ROWS)
             flush_rows(dst + (size_t)r * K, crow + (size_t)r * K, aG, W, D + v0 + r, V, n, K,

@@ -76,12 +76,18 @@ static inline uint16_t f32_to_f16(float f)
 
 static inline float bf16_to_f32(uint16_t h) { return rssm_bits_f32((uint32_t)h << 16); }
 
+/* fp32 bits u to bf16, for a scalar or a vector of uint32 (the body's
+ * in-register conversions use the same three expressions): round the 16
+ * dropped bits to nearest even; a NaN keeps its sign and top payload bits
+ * and is made quiet. */
+#define RSSM_BF16_ROUNDED(u) (((u) + 0x7fffu + (((u) >> 16) & 1u)) >> 16)
+#define RSSM_BF16_QUIET_NAN(u) (((u) >> 16) | 0x0040u)
+#define RSSM_F32_IS_NAN(u) (((u) & 0x7fffffffu) > 0x7f800000u)
+
 static inline uint16_t f32_to_bf16(float f)
 {
     const uint32_t u = rssm_f32_bits(f);
-    const uint32_t nan = (u >> 16) | 0x0040u;
-    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-    return (uint16_t)((u & 0x7fffffffu) > 0x7f800000u ? nan : rounded);
+    return (uint16_t)(RSSM_F32_IS_NAN(u) ? RSSM_BF16_QUIET_NAN(u) : RSSM_BF16_ROUNDED(u));
 }
 
 
