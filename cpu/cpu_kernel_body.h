@@ -41,14 +41,21 @@ typedef float vf;
 #define RSSM_F16C 0
 #endif
 
-/* bf16 checkpoint rows are converted in registers as the passes load and
- * store them (sum_pass_bf16, flush_pass_bf16) with AVX-512, where that made
- * bf16 steps a quarter faster than converting a block into scratch and back;
- * with AVX2 and SSE2 it made packed steps slower, so those convert blocks. */
+/* Where bf16 checkpoint rows are converted in registers as the passes load
+ * (sum_pass_bf16) and store them (flush_pass_bf16), rather than a block at a
+ * time into scratch and back. Measured on one Xeon: with AVX-512 both
+ * passes about a quarter faster; with AVX2 the sums (the steps without a
+ * flush) 12% faster but the flush, and with it the packed step, slower;
+ * with SSE2 both slower. */
 #if RSSM_VECTOR_EXT && defined(__AVX512F__)
-#define RSSM_BF16_IN_REGISTERS 1
+#define RSSM_BF16_SUMS_IN_REGISTERS 1
+#define RSSM_BF16_FLUSH_IN_REGISTERS 1
+#elif RSSM_VECTOR_EXT && defined(__AVX2__)
+#define RSSM_BF16_SUMS_IN_REGISTERS 1
+#define RSSM_BF16_FLUSH_IN_REGISTERS 0
 #else
-#define RSSM_BF16_IN_REGISTERS 0
+#define RSSM_BF16_SUMS_IN_REGISTERS 0
+#define RSSM_BF16_FLUSH_IN_REGISTERS 0
 #endif
 
 static inline vf vload(const float *p)
@@ -577,7 +584,8 @@ static void flush_rows(float *out, const float *crow, const float *restrict aG, 
 }
 
 /* The passes over a head's bf16 checkpoint (V rows of K) that convert in
- * registers (RSSM_BF16_IN_REGISTERS), RSSM_ROW_BLOCK rows at a time. */
+ * registers (RSSM_BF16_SUMS_IN_REGISTERS, RSSM_BF16_FLUSH_IN_REGISTERS),
+ * RSSM_ROW_BLOCK rows at a time. */
 
 /* A step without a flush: o[v] = row_v . xq and d[v] = row_v . xk. */
 static void sum_pass_bf16(const uint8_t *ckpt, uint32_t K, uint32_t V, const float *restrict xq,
@@ -795,7 +803,8 @@ static void step_head(const rssm_kernel_params *p, const rssm_layer_io *io, cons
     }
     /* bf16 rows converted as they are loaded and stored, where that is
      * cheap; otherwise (and always for fp32) the blocks below */
-    const int in_registers = RSSM_BF16_IN_REGISTERS && bf16_state;
+    const int in_registers =
+        bf16_state && (flush ? RSSM_BF16_FLUSH_IN_REGISTERS : RSSM_BF16_SUMS_IN_REGISTERS);
     if (in_registers && flush)
         flush_pass_bf16(ckpt, K, V, n, &s, D, beta, kq);
     else if (in_registers && !sums)
