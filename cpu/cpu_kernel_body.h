@@ -591,8 +591,10 @@ static void flush_rows(float *out, const float *crow, const float *restrict aG, 
 static void sum_pass_bf16(const uint8_t *ckpt, uint32_t K, uint32_t V, const float *restrict xq,
                           const float *restrict xk, float *restrict o, float *restrict d)
 {
-    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK)
+    for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
+        prefetch_ahead(ckpt + (size_t)v0 * K * 2, (size_t)RSSM_ROW_BLOCK * K * 2);
         dot2_rows(ckpt + (size_t)v0 * K * 2, 1, K, xq, xk, o + v0, d + v0);
+    }
 }
 
 /* A flush (and the packed step, n = 0), as step_head's block loop does it
@@ -605,6 +607,7 @@ static void flush_pass_bf16(uint8_t *ckpt, uint32_t K, uint32_t V, uint32_t n, c
     const size_t row_bytes = (size_t)K * 2;
     for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
         uint8_t *crow = ckpt + v0 * row_bytes;
+        prefetch_ahead(crow, RSSM_ROW_BLOCK * row_bytes);
         float sq[RSSM_ROW_BLOCK], sk[RSSM_ROW_BLOCK];
         dot2_rows(crow, 1, K, s->xq, s->xk, sq, sk);
         flush_block_d_o(v0, sq, sk, s->rq, s->rk, s->v, beta, kq, s->d, s->o);
@@ -811,6 +814,7 @@ static void step_head(const rssm_kernel_params *p, const rssm_layer_io *io, cons
         sum_pass_bf16(ckpt, K, V, s.xq, s.xk, o, d);
     for (uint32_t v0 = 0; v0 < V && !in_registers && !(!flush && sums); v0 += RSSM_ROW_BLOCK) {
         const float *crow; /* RSSM_ROW_BLOCK rows, K apart */
+        prefetch_ahead(ckpt + v0 * row_bytes, RSSM_ROW_BLOCK * row_bytes);
         if (bf16_state) {
             load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
             crow = s.row;
@@ -915,6 +919,7 @@ void RSSM_KFN(rssm_cpu_window_head)(const rssm_kernel_params *p, const rssm_laye
     const size_t row_bytes = (size_t)K * dtype_bytes(p->state_dtype);
     for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
         const float *crow;
+        prefetch_ahead(ckpt + v0 * row_bytes, RSSM_ROW_BLOCK * row_bytes);
         if (bf16_state) {
             load_f32(s.row, ckpt + v0 * row_bytes, RSSM_CODE_DTYPE_BF16, RSSM_ROW_BLOCK * K);
             crow = s.row;

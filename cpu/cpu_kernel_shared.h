@@ -194,11 +194,9 @@ static inline size_t scratch_layout(const rssm_kernel_params *p, float *base, sc
 }
 
 
-/* The checkpoint is one sequential stream per head (and across the heads of
- * a work item), which the hardware prefetcher follows best alone: software
- * prefetching its rows, ahead or at the start of a head, made steps slower.
- * The ring's small scattered reads are what it cannot predict; requesting
- * them up front gains a few percent. */
+/* Requests the lines of [p, p + bytes). The ring's small scattered reads
+ * are what the hardware prefetcher cannot predict; requesting them up front
+ * gains a few percent. */
 static inline void prefetch_bytes(const void *p, size_t bytes)
 {
 #if defined(__GNUC__)
@@ -208,6 +206,22 @@ static inline void prefetch_bytes(const void *p, size_t bytes)
     (void)p;
     (void)bytes;
 #endif
+}
+
+/* The checkpoint is one sequential stream per head (and across the heads of
+ * a work item), and what the hardware prefetcher keeps in flight does not
+ * cover the memory latency once a pass does arithmetic between its loads:
+ * on the development VM two threads summing 512-byte rows against two
+ * vectors read 1920 MiB in 78-83 ms alone and in 56-58 ms requesting each
+ * row 512 B to 2 KiB ahead (4 KiB and more: 68-74 ms; bench/local/
+ * stream_probe.c). So each block of a pass requests the block this many
+ * bytes on (into the next head at the end of one); requests far ahead, or
+ * a head's start requested up front, made steps slower. */
+#define RSSM_CPU_PREFETCH_AHEAD 1024u
+
+static inline void prefetch_ahead(const void *block, size_t bytes)
+{
+    prefetch_bytes((const char *)block + RSSM_CPU_PREFETCH_AHEAD, bytes);
 }
 
 /* 1 if a finite value of x[0..n) is one that ring dtype t rounds to
