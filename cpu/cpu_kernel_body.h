@@ -81,7 +81,11 @@ static inline vf vzero(void)
  * (the flag is a constant wherever these are inlined). The conversions are
  * exact and give dtype.h's bits, so results do not depend on where they
  * are done. */
+#if defined(__GNUC__)
 #define RSSM_INLINE static inline __attribute__((always_inline))
+#else
+#define RSSM_INLINE static inline
+#endif
 #if RSSM_VECTOR_EXT
 typedef uint16_t vh __attribute__((vector_size(RSSM_VF * sizeof(uint16_t))));
 typedef uint32_t vu __attribute__((vector_size(RSSM_VF * sizeof(uint32_t))));
