@@ -411,7 +411,8 @@ static inline void dot2_rows(const void *restrict rows, int bf16, uint32_t K, co
 #endif
 }
 
-/* dot2_rows on fp32 rows (the ring's weighted keys, scratch) */
+/* dot2_rows on fp32 rows: the ring's weighted keys, fp32 checkpoint rows or
+ * a bf16 block converted into scratch */
 static inline void dot2_block(const float *restrict rows, uint32_t K, const float *restrict x,
                               const float *restrict y, float *sx, float *sy)
 {
@@ -595,9 +596,11 @@ static void flush_rows(float *out, const float *crow, const float *restrict aG, 
 static void sum_pass_bf16(const uint8_t *ckpt, uint32_t K, uint32_t V, const float *restrict xq,
                           const float *restrict xk, float *restrict o, float *restrict d)
 {
+    const size_t row_bytes = (size_t)K * 2;
     for (uint32_t v0 = 0; v0 < V; v0 += RSSM_ROW_BLOCK) {
-        prefetch_ahead(ckpt + (size_t)v0 * K * 2, (size_t)RSSM_ROW_BLOCK * K * 2);
-        dot2_rows(ckpt + (size_t)v0 * K * 2, 1, K, xq, xk, o + v0, d + v0);
+        const uint8_t *crow = ckpt + v0 * row_bytes;
+        prefetch_ahead(crow, RSSM_ROW_BLOCK * row_bytes);
+        dot2_rows(crow, 1, K, xq, xk, o + v0, d + v0);
     }
 }
 
