@@ -151,6 +151,15 @@ rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *b
     return b->ops->copy_bandwidth(b->ctx, bytes, bytes_per_second, err);
 }
 
+rssm_status rssm_backend_limit_sms(rssm_backend *b, uint32_t sms, rssm_error *err)
+{
+    if (!b)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "limit sms: backend must not be NULL");
+    if (!b->ops->limit_sms)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s has no multiprocessors to cap", b->name);
+    return b->ops->limit_sms(b->ctx, sms, err);
+}
+
 rssm_status rssm_backend_vulkan_handles(const rssm_backend *b, rssm_vulkan_handles *h, rssm_error *err)
 {
     if (!b || !h)

@@ -131,6 +131,11 @@ typedef struct rssm_backend_ops {
     rssm_status (*pool_inplace_seconds)(void *ctx, void *pool, size_t bytes, uint32_t reps,
                                         uint32_t flip, double *seconds, rssm_error *err);
 
+    /* Optional (NULL: rssm_backend_limit_sms says unsupported). Caps the
+     * multiprocessors that what is created afterwards is planned for (0:
+     * no cap). */
+    rssm_status (*limit_sms)(void *ctx, uint32_t sms, rssm_error *err);
+
     /* Optional (NULL: fp32). The dtype the flush's matrix product rounds
      * its operands to for this model, beyond the storage dtypes. */
     rssm_dtype (*matrix_dtype)(void *ctx, const rssm_model *m);

@@ -305,47 +305,11 @@ __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMe
     sch.publish_to(0xfffffffeu);
 }
 
-/* Sums R per-row values over the warp's 32 lanes and returns, in each
- * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
- * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
- * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
- * the stage's sums cost. */
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
-
-/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
- * distance O; a template per level so that every index is a constant
- * (a loop over the levels was left rolled at R = 32: local memory). */
-template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
-{
-    if constexpr (W > 1) {
-        const bool upper = (lane & (uint32_t)O) != 0u;
-#pragma unroll
-        for (int k = 0; k < W / 2; ++k) {
-            /* both halves read first, then chosen: a select between two
-             * array elements would index the array at run time (local memory) */
-            const float lo = v[k], hi = v[k + W / 2];
-            const float send = upper ? lo : hi;
-            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
-        }
-        rows_exchange<W / 2, O / 2, R>(v, lane);
-    }
-}
-
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
-{
-    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
-    rows_exchange<R, 16, R>(v, lane);
-    float x = v[0];
-#pragma unroll
-    for (int o = 16 / R; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 /* One (batch row, value head): the coefficients into `co`, and the unit's
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
- * 4 lane .. 4 lane + 3. */
-template <int RT, bool RING, bool KDA>
+ * 4 lane .. 4 lane + 3. OVERLAP: the inputs' loads issued together
+ * (channel_inputs), see bulk_overlap. */
+template <int RT, bool RING, bool KDA, bool OVERLAP>
 __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
 {
     using RRaw = typename Raw<RT>::T;
@@ -390,13 +354,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
             gj[j] = make_float4(ring_g[j], ring_g[j], ring_g[j], ring_g[j]);
     }
     float q[4], k[4], g[4], alpha[4];
-    /* KDA's inputs overlapped (channel_inputs): its coefficients, an exp
-     * per channel and entry, hold up the consumers at batch 16 and in full-
-     * ring steps, where they gained 6-9%. GDN's as before: there the
-     * overlapped loads gained nothing at batch 16 and lost 4% at batch 256
-     * (the kernel compiled to 26 fewer registers, and its empty and flush
-     * steps streamed slower), bench/results/h200_layer/notes.md. */
-    const RowIn in = channel_inputs<4, 1, KDA>(a, st.io, hv, c0, 1u, q, k, g, alpha, nullptr);
+    const RowIn in = channel_inputs<4, 1, OVERLAP>(a, st.io, hv, c0, 1u, q, k, g, alpha, nullptr);
 
     /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32; kg_j and
      * the lane's parts of c_j(q) (at j) and c_j(k) (at kJ + j) on the way,
@@ -616,7 +574,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
 
 /* ----------------------------------------------------------- the kernel */
 
-template <int ST, int RT, bool RING, bool KDA>
+template <int ST, int RT, bool RING, bool KDA, bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 {
     extern __shared__ __align__(128) uint8_t smem[];
@@ -671,7 +629,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
                 bar_arrive(&cfull[b]);
                 break;
             }
-            coefficients<RT, RING, KDA>(a, u, co, &cfull[b]);
+            coefficients<RT, RING, KDA, OVERLAP>(a, u, co, &cfull[b]);
             bar_arrive(&cfull[b]);
         }
         return;
@@ -698,20 +656,40 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 
 using BulkFn = void (*)(const BArgs);
 
-/* [ring dtype, or 3 for no ring][state fp32, bf16][GDN, KDA] */
-#define RSSM_BULK_PAIR(ST, RT, RING) {bulk_kernel<ST, RT, RING, false>, bulk_kernel<ST, RT, RING, true>}
-const BulkFn kBulk[4][2][2] = {
-    {RSSM_BULK_PAIR(kF32, kF32, true), RSSM_BULK_PAIR(kBF16, kF32, true)},
-    {RSSM_BULK_PAIR(kF32, kF16, true), RSSM_BULK_PAIR(kBF16, kF16, true)},
-    {RSSM_BULK_PAIR(kF32, kBF16, true), RSSM_BULK_PAIR(kBF16, kBF16, true)},
-    {RSSM_BULK_PAIR(kF32, kF32, false), RSSM_BULK_PAIR(kBF16, kF32, false)},
-};
-#undef RSSM_BULK_PAIR
-
-BulkFn bulk_fn(const rssm_kernel_params *p)
+/* Whether the coefficient warps issue all of a unit's input loads before
+ * they use any (channel_inputs' OVERLAP), or each where it is used. KDA
+ * always: its coefficients (an exp per channel and entry) hold up the
+ * consumers, and overlapping gained 6-9% (bench/results/h200_layer/notes.md).
+ * GDN where the consumers wait for coefficients, measured on the H200 in
+ * the per-layer harness (bench/results/h200_cuda/notes.md): with bf16
+ * state, whose units are half the bytes (replay 13.65 against 15.23 us at
+ * batch 16, 118.7 against 123.4 at 256), and with a few units per SM (fp32
+ * at batch 16: 14.65 against 17.17 us); not at fp32's large batches, where
+ * the kernel compiled with it streams 1.7% slower (153.4 against 150.8 us
+ * at batch 256). */
+bool bulk_overlap(const rssm_kernel_params *p, int sm_count)
 {
-    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1]
-                [p->gate_kind == RSSM_CODE_GATE_KDA ? 1 : 0];
+    const uint64_t units = (uint64_t)p->max_rows * p->num_v_heads;
+    return p->gate_kind == RSSM_CODE_GATE_KDA || p->state_dtype != RSSM_CODE_DTYPE_F32 ||
+           units <= 8u * (uint64_t)(sm_count > 0 ? sm_count : 1);
+}
+
+/* [ring dtype, or 3 for no ring][state fp32, bf16][GDN, GDN overlapping, KDA] */
+#define RSSM_BULK_GATES(ST, RT, RING)                                                           \
+    {bulk_kernel<ST, RT, RING, false, false>, bulk_kernel<ST, RT, RING, false, true>,           \
+     bulk_kernel<ST, RT, RING, true, true>}
+const BulkFn kBulk[4][2][3] = {
+    {RSSM_BULK_GATES(kF32, kF32, true), RSSM_BULK_GATES(kBF16, kF32, true)},
+    {RSSM_BULK_GATES(kF32, kF16, true), RSSM_BULK_GATES(kBF16, kF16, true)},
+    {RSSM_BULK_GATES(kF32, kBF16, true), RSSM_BULK_GATES(kBF16, kBF16, true)},
+    {RSSM_BULK_GATES(kF32, kF32, false), RSSM_BULK_GATES(kBF16, kF32, false)},
+};
+#undef RSSM_BULK_GATES
+
+BulkFn bulk_fn(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
+{
+    const int gate = p->gate_kind == RSSM_CODE_GATE_KDA ? 2 : bulk_overlap(p, plan->sm_count) ? 1 : 0;
+    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1][gate];
 }
 
 uint32_t rows_per_item(const rssm_kernel_params *p)
@@ -739,7 +717,7 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
 {
     if (!rssm_cuda_bulk_supported(p))
         return cudaErrorInvalidValue;
-    const BulkFn fn = bulk_fn(p);
+    const BulkFn fn = bulk_fn(p, plan);
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemBytes);
     if (e != cudaSuccess)
@@ -770,6 +748,6 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
     BArgs a;
     a.p = *p;
     a.b = *b;
-    bulk_fn(p)<<<plan->grid, kThreads, kSmemBytes, stream>>>(a);
+    bulk_fn(p, plan)<<<plan->grid, kThreads, kSmemBytes, stream>>>(a);
     return cudaGetLastError();
 }

@@ -32,7 +32,16 @@ struct CudaCtx {
     char name[128];
     char variant[32];
     int kernel; /* RSSM_CUDA_KERNEL_* the variant asks for; -1: the plan's choice */
+    int sm_limit; /* rssm_backend_limit_sms: 0, or the multiprocessors plans are made for */
 };
+
+/* The multiprocessors a plan is made for: the device's, or fewer under
+ * rssm_backend_limit_sms. */
+int plan_sms(const CudaCtx *c)
+{
+    const int all = c->prop.multiProcessorCount;
+    return c->sm_limit > 0 && c->sm_limit < all ? c->sm_limit : all;
+}
 
 struct CudaPool {
     unsigned char *mem;
@@ -49,7 +58,6 @@ struct CudaBatch {
     size_t header_bytes;
     void *q, *k, *v, *out;
     float *gate, *beta, *A_log, *dt_bias;
-    float *scratch;           /* the stream kernel's coefficients, or NULL */
     uint32_t *work;           /* the bulk kernel's work counters */
     uint32_t *overflow_dev;   /* [max_rows] rssm_layer_io.overflow */
     uint32_t *overflow_host;  /* [max_rows], pinned */
@@ -218,11 +226,13 @@ void cuda_describe(void *ctx, char *buf, size_t size)
     snprintf(buf, size,
              "device %d: %.96s, compute capability %d.%d, %d SMs\n"
              "memory %.1f GiB, %d-bit bus, L2 %.1f MiB, shared memory per block up to %zu KiB\n"
-             "kernels: sm_90a machine code + compute_90 PTX; one CUDA graph per step; variant %s\n",
+             "kernels: sm_90a machine code + compute_90 PTX; one CUDA graph per step; variant %s; "
+             "planned for %d SMs%s\n",
              c->device, p.name, p.major, p.minor, p.multiProcessorCount,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.memoryBusWidth,
              (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024,
-             c->kernel < 0 ? "cuda (the plan's choice of kernel per batch)" : c->variant);
+             c->kernel < 0 ? "cuda (the plan's choice of kernel per batch)" : c->variant, plan_sms(c),
+             plan_sms(c) < p.multiProcessorCount ? " (rssm_backend_limit_sms)" : "");
 }
 
 rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
@@ -323,7 +333,6 @@ void batch_free(CudaBatch *b)
     cudaFree(b->beta);
     cudaFree(b->A_log);
     cudaFree(b->dt_bias);
-    cudaFree(b->scratch);
     cudaFree(b->work);
     cudaFree(b->overflow_dev);
     cudaFreeHost(b->overflow_host);
@@ -340,7 +349,6 @@ rssm_cuda_buffers batch_buffers(const CudaBatch *b, uint32_t l, const uint32_t *
     rssm_cuda_buffers buf;
     memset(&buf, 0, sizeof buf);
     rssm_layer_io_of_batch(&buf.io, &b->params, b->pool->mem, b->pool->slots, &arrays, header, b->overflow_dev, l);
-    buf.scratch = b->scratch;
     buf.work = b->work;
     return buf;
 }
@@ -386,7 +394,7 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaEventCreate(&b->start));
     CK(cudaEventCreate(&b->stop));
 
-    rssm_cuda_plan_init(&b->plan, &p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
+    rssm_cuda_plan_init(&b->plan, &p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, 0, 0);
     if (c->kernel >= 0) {
         const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
         if (why)
@@ -396,9 +404,6 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
     if (rssm_cuda_window_supported(&p)) /* the window kernels' shared-memory limit, once */
         CK(rssm_cuda_window_prepare(&p));
-    const size_t scratch = rssm_cuda_scratch_bytes(&p, &b->plan);
-    if (scratch)
-        CK(cudaMalloc(reinterpret_cast<void **>(&b->scratch), scratch));
     /* Warm-up outside capture: loads the module, checks the launch shape. */
     for (uint32_t l = 0; l < p.layers; ++l) {
         const rssm_cuda_buffers buf = batch_buffers(b, l, b->header_dev);
@@ -754,13 +759,22 @@ rssm_status cuda_pool_inplace_seconds(void *ctx, void *pool, size_t bytes, uint3
         rssm_timing t = {0.0, 0.0, 0};
         /* A flip is the tests' mode: exactly 1 + reps passes. */
         const rssm_status st = time_runs(c, reps, flip == 0, &t, err, "the in-place pass", [&] {
-            return rssm_cuda_inplace_pass(p->mem, bytes, shape, c->prop.multiProcessorCount, flip, c->stream);
+            return rssm_cuda_inplace_pass(p->mem, bytes, shape, plan_sms(c), flip, c->stream);
         });
         if (st != RSSM_OK)
             return st;
         best = shape == 0 || t.median_seconds < best ? t.median_seconds : best;
     }
     *seconds = best;
+    return rssm_clear_error(err);
+}
+
+/* A cap above the device's count is the device's count (under CUDA MPS,
+ * the count the client is confined to). */
+rssm_status cuda_limit_sms(void *ctx, uint32_t sms, rssm_error *err)
+{
+    CudaCtx *c = static_cast<CudaCtx *>(ctx);
+    c->sm_limit = sms > (uint32_t)c->prop.multiProcessorCount ? c->prop.multiProcessorCount : (int)sms;
     return rssm_clear_error(err);
 }
 
@@ -795,7 +809,6 @@ struct CudaLayer {
     uint32_t slots;
     rssm_kernel_params params;
     rssm_cuda_plan plan;
-    float *scratch;
     uint32_t *work;
     rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
     void *fold_buf;
@@ -852,7 +865,6 @@ void cuda_layer_destroy(void *ctx, void *layer)
     if (!l)
         return;
     const DeviceGuard guard(l->device);
-    cudaFree(l->scratch);
     cudaFree(l->work);
     cudaFree(l->fold_buf);
     cudaFree(l->win_scratch);
@@ -870,16 +882,13 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
     l->device = c->device;
     l->slots = shape->slots;
     l->params = *p;
-    rssm_cuda_plan_init(&l->plan, p, c->prop.multiProcessorCount, c->prop.sharedMemPerMultiprocessor, 0, 0);
+    rssm_cuda_plan_init(&l->plan, p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, 0, 0);
     if (c->kernel >= 0)
         l->plan.kernel = (uint32_t)c->kernel;
     /* Everything a launch needs is made here, outside any capture: the
-     * kernel's shared-memory limit, its scratch, the zeroed work counters. */
+     * kernel's shared-memory limit, the zeroed work counters. */
     const DeviceGuard guard(c->device);
     cudaError_t e = rssm_cuda_plan_prepare(&l->plan, p);
-    const size_t scratch = e == cudaSuccess ? rssm_cuda_scratch_bytes(p, &l->plan) : 0;
-    if (e == cudaSuccess && scratch)
-        e = cudaMalloc(reinterpret_cast<void **>(&l->scratch), scratch);
     if (e == cudaSuccess)
         e = cudaMalloc(reinterpret_cast<void **>(&l->work), RSSM_CUDA_WORK_BYTES);
     if (e == cudaSuccess)
@@ -932,7 +941,6 @@ rssm_status layer_launch(const CudaCtx *c, CudaLayer *l, const rssm_kernel_param
     rssm_cuda_buffers buf;
     memset(&buf, 0, sizeof buf);
     buf.io = *io;
-    buf.scratch = l->scratch;
     buf.work = l->work;
     const DeviceGuard guard(l->device);
     const cudaError_t e = rssm_cuda_launch_layer(p, &buf, &l->plan, static_cast<cudaStream_t>(stream));
@@ -1022,9 +1030,9 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_batch_verify,
     cuda_copy_bandwidth,
     cuda_pool_inplace_seconds,
-    /* matrix_dtype: the tensor-core flush splits its operands into hi + lo
-     * halves (16-bit rings) or runs on FFMA (fp32 rings), so it rounds
-     * nothing beyond the storage dtypes: fp32, the default. */
+    cuda_limit_sms,
+    /* matrix_dtype: the flush accumulates in fp32 from the storage dtypes,
+     * rounding nothing beyond them: fp32, the default. */
     nullptr,
     cuda_layer_check,
     cuda_layer_create,

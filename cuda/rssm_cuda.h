@@ -31,8 +31,8 @@ extern "C" {
  * recorded graph. */
 typedef struct rssm_cuda_buffers {
     rssm_layer_io io;
-    float *scratch;             /* the stream kernel's per-(row, value head) ring
-                                   coefficients: rssm_cuda_scratch_bytes */
+    float *scratch;             /* the speculative-decode window's per-token records:
+                                   rssm_cuda_window_scratch_bytes (NULL for a step) */
     uint32_t *work;             /* the bulk kernel's work counters: RSSM_CUDA_WORK_BYTES,
                                    zeroed before the first launch; every launch leaves them
                                    zero. Launches that share them run one after another
@@ -104,10 +104,6 @@ cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_
  * whose slot is inside 0..slots-1, cursor[slot] = flushes ? 0 : write_pos + 1. */
 cudaError_t rssm_cuda_advance(const rssm_kernel_params *p, uint32_t rows, uint32_t slots, const int32_t *slot_index,
                               const int32_t *write_pos, const int32_t *force, int32_t *cursor, cudaStream_t stream);
-
-/* Bytes of device memory rssm_cuda_buffers.scratch must point to for
- * `plan` (0: none needed). Call after rssm_cuda_plan_prepare. */
-size_t rssm_cuda_scratch_bytes(const rssm_kernel_params *p, const rssm_cuda_plan *plan);
 
 /* The stream kernel's share of the above (stream_kernel.cu), called by
  * them when plan->kernel is RSSM_CUDA_KERNEL_STREAM. It takes rings of up

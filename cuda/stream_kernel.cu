@@ -3,50 +3,39 @@
  * through registers, for the packed decode and for the ReplaySSM decode with
  * short rings (ring_cap <= 16, i.e. L <= 17). Since the bulk kernel
  * (bulk_kernel.cu) they run the small batches (fewer (row, value head)
- * units than SMs, where one-shot warps spread a step over every SM) and the
+ * units than SMs, where one-shot CTAs spread a step over every SM) and the
  * head shapes the bulk kernel does not take.
  *
  * Why: the pipeline kernel (decode_kernel.cu) stages every item through
- * shared memory and CTA barriers and computes the ring coefficients (one exp
- * per entry and channel, 2n dot products) inside each item, on the critical
- * path of the stream; on the H200 that held the packed decode at 76-80% of
- * copy bandwidth and made a full-ring step ~1.45x an empty one
- * (bench/results/h200_notes.md). Here:
+ * shared memory and CTA barriers and computes the ring coefficients inside
+ * each item, on the critical path of the stream (bench/results/h200_notes.md).
+ * Here each warp owns 8 * RPL value rows of one (batch row, value head),
+ * loads its whole tile into registers with independent 16-byte loads (all
+ * in flight at once), computes and, on a flush, writes the tile back from
+ * registers; latency is hidden by many resident warps, not by a software
+ * pipeline. Lane layout: a warp's tile as warp_tile.cuh holds it, so a
+ * row's dot products need two shuffles; ring entries j of a row are split
+ * over its 4 lanes (j = t4 mod 4).
  *
- *  - each warp owns 8 * RPL value rows of one (batch row, value head), loads
- *    its whole tile into registers with independent 16-byte loads (all in
- *    flight at once), computes and, on a flush, writes the tile back: no
- *    staging of the state, no barrier beyond __syncwarp, one item per warp;
- *    latency is hidden by many resident warps, not by a software pipeline;
- *  - with a ring, the per-(row, head) coefficients are computed once, before
- *    the stream, by a small prologue kernel (one CTA per (row, value head),
- *    thread = channel): gamma_j, Gamma, alpha Gamma x, c_j(q), c_j(k) and, on
- *    a flush, kg_j = k_j gamma_j alpha, into a global scratch buffer. The
- *    stream kernel is launched as a programmatic dependent of the prologue:
- *    it issues its checkpoint and ring loads first and waits for the
- *    prologue's results only then, so the prologue hides behind the loads.
- *    A non-flush step is then C (alpha Gamma x) plus n-term sums over d_j;
- *    a flush adds the rank-(n+1) update by FFMA (fp32 throughout, exact
- *    enough for every ring dtype) as the tile streams out.
- *
- * Lane layout: a warp's tile as warp_tile.cuh holds it (as in the pipeline
- * kernel, so a row's dot products need two shuffles). Ring entries j of a
- * row are split over its 4 lanes (j = t4 mod 4).
- *
- * Packed models (replay off, or L = 1) can use the stream kernel without
- * ring and without prologue: each warp computes the per-channel vectors
- * itself (a few hundred instructions against 4-8 KiB of state). The plan
- * picks it only at small batches: it is the faster packed kernel while the
- * step is latency-bound (batch 1: 5.4 against 5.8 us), the slower one once
- * the batch fills the GPU (61-71% against 73-80% of copy bandwidth, fp32,
- * batch >= 64).
- * L = 1 replay is planned exactly like packed, so it stays bit-identical.
- *
- * Measured on the H200 (bench/results/h200_notes.md): against the pipeline
- * kernel, the replay cycle is 2-20% faster at batch >= 64 and the full-ring
- * step costs 1.11-1.29x an empty one (was 1.38-1.68x); the flush step is
- * still ~1.6x a packed step (bf16 state: 1.8-1.9x), and the one-shot warps
- * stream a read-only step at ~2.9 TB/s: those two are what limits it now.
+ *  - The packed decode (replay off, or L = 1, which is planned like packed
+ *    and so stays bit-identical to it): stream_kernel, each warp computing
+ *    its (row, head)'s per-channel vectors itself (a few hundred
+ *    instructions against 4-8 KiB of state). The plan picks it only at
+ *    small batches: it is the faster packed kernel while the step is
+ *    latency-bound, the slower one once the batch fills the GPU.
+ *  - The replay decode: replay_kernel, one launch per layer. A CTA of 4
+ *    warps takes 32 RPL rows of one (row, value head), issues its tile's,
+ *    the ring's and the inputs' loads together, computes the head's
+ *    coefficients itself (gamma_j, alpha Gamma x, c_j(q), c_j(k) and kg_j,
+ *    thread = key channel, in shared memory), then each warp reads out its
+ *    rows: C (alpha Gamma x) plus n-term sums over d_j, and on a flush the
+ *    rank-(n+1) update by FFMA (fp32 throughout) as the tile streams out.
+ *    A head split over several CTAs computes its coefficients in each.
+ *    This replaced a coefficient prologue kernel launched before a stream
+ *    kernel (a programmatic dependent of it, its records through L2): on
+ *    the H200 at batch 1 the one launch took 4.1-4.3 us for an empty-ring
+ *    step where the pair took 4.6-5.3, 8.3-9.7 for a flush against
+ *    10.5-11.2 (bench/results/h200_cuda/notes.md).
  */
 #include "rssm_cuda.h"
 
@@ -63,202 +52,25 @@ constexpr int kWarps = (int)RSSM_CUDA_STREAM_WARPS;
 constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
 constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING; /* ring entries, at most */
 
-/* The scratch record of one (batch row, value head), in floats: the vectors
- * over K (padded to kMaxK), the ring coefficients over j (padded to kJ),
- * beta and k.q, then kg_j [kJ][kMaxK] (written on a flush only). */
-constexpr int kScQW = 0, kScKW = kMaxK, kScAG = 2 * kMaxK, kScKV = 3 * kMaxK;
-constexpr int kScCQ = 4 * kMaxK, kScCK = kScCQ + kJ, kScMisc = kScCK + kJ;
-constexpr int kScKG = kScMisc + 16, kScStride = kScKG + kJ * kMaxK;
-static_assert(kScStride % 4 == 0 && kScKG % 4 == 0, "16-byte aligned vectors");
-
 struct SArgs {
     rssm_kernel_params p;
     rssm_cuda_buffers b;
     uint32_t chunks; /* items (warps) per (batch row, value head) */
 };
 
-
-/* ------------------------------------------------- the stream kernel */
-
-/* ST: state dtype; CPT: channels per state vector; RT: ring dtype (unused
- * when !RING); RPL: rows per lane; RING: the model has a ring (and the
- * prologue has filled the scratch record of every row).
- * Occupancy: 4 CTAs (16 warps) per SM with 64 registers of state per lane
- * (RPL = 2 fp32, RPL = 4 bf16 packed), 6-8 CTAs with one row per lane packed; the
- * register caps are the largest that compile without spills. */
-template <int ST, int CPT, int RT, int RPL, bool RING>
-__global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 ? 6 : 8) stream_kernel(const SArgs a)
+/* The flush of a warp's tile (rows v_base + 8 i): C' = C alpha Gamma + d k^T
+ * + sum_{j < n} d_j kg_j^T, rounded to the state dtype and streamed out from
+ * registers. agv and kv are alpha Gamma and k over K, kg the entries' kg_j
+ * rows, dsm the rows' ring d_j ([j][8 RPL]); all in shared memory. */
+template <int ST, int CPT, int RPL, bool RING, int KGC, int DJ>
+__device__ __forceinline__ void flush_tile(const WarpTile<ST, CPT, RPL> &tile, const float *agv, const float *kv,
+                                           const float (*kg)[KGC], const float (*dsm)[DJ], const float (&d)[RPL],
+                                           uint32_t n, uint32_t g, uint32_t t4, uint32_t K, uint32_t V,
+                                           uint32_t v_base, typename Raw<ST>::T *C)
 {
     using SV = StateVec<ST, CPT>;
     using SVec = typename SV::T;
-    using SRaw = typename Raw<ST>::T;
-    using RRaw = typename Raw<RT>::T;
-    constexpr int NG = kMaxK / (4 * CPT); /* channel groups, at most */
-    constexpr int JL = RING ? kJ / 4 : 1;  /* ring entries per lane and row */
-    /* per warp: alpha Gamma q, alpha Gamma k, alpha Gamma, k; c_j(q), c_j(k);
-     * on a flush d_j of the warp's rows */
-    __shared__ __align__(16) float vec[kWarps][4][kMaxK];
-    __shared__ float cqk[kWarps][2][RING ? kJ : 1];
-    __shared__ float dsm[kWarps][RING ? kJ : 1][8 * RPL];
-    /* on a flush the row's kg_j, copied in while the dot products run: the
-     * update then reads shared memory instead of a chain of L2 round trips
-     * (2.3-2.8x a packed step when it read the scratch record directly) */
-    __shared__ __align__(16) float kgw[RING ? kWarps : 1][RING ? kJ : 1][RING ? kMaxK : 4];
-
-    const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
-    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
-    const rssm_layer_io &L = a.b.io;
-    const uint32_t item = blockIdx.x * (uint32_t)kWarps + warp;
-    const uint32_t per_row = HV * a.chunks;
-    const uint32_t r = item / per_row, rem = item % per_row, hv = rem / a.chunks, chunk = rem % a.chunks;
-    /* Both header loads are issued before either is used: the row's load
-     * must not wait for the row count. */
-    const uint32_t rows = launch_rows(p, L);
-    uint4 hr = make_uint4(0, 0, 0, 0);
-    if (row_loadable(p, L, r))
-        hr = row_words(L, r);
-    if (r >= rows)
-        return;
-    const RowStep row = row_decode(p, L, hr);
-    const uint32_t slot = row.slot, n = RING ? row.n : 0u, io = row.io;
-    const bool flush = !RING || row.flush;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    void *out_row = L.out + io * L.out_row;
-    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
-    if (row.pad) {
-#pragma unroll
-        for (int i = 0; i < RPL; ++i)
-            if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
-                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
-        return;
-    }
-
-    /* 1. The tile's loads, and the row's ring entries, all issued before
-     * anything waits on them. */
-    SRaw *C = reinterpret_cast<SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, slot, hv));
-    WarpTile<ST, CPT, RPL> tile;
-    tile.load(C, v_base, t4, K, V, true);
-    RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, slot, hv));
-    RRaw dj[RPL][JL];
-#pragma unroll
-    for (int i = 0; i < RPL; ++i)
-#pragma unroll
-        for (int jj = 0; jj < JL; ++jj) {
-            const uint32_t j = t4 + 4u * jj, v = v_base + 8u * i;
-            dj[i][jj] = RING && j < n && v < V ? ring_d[(size_t)j * V + v] : RRaw{};
-        }
-    const void *v_row = L.v + io * L.v_row;
-    const size_t v_at = (size_t)hv * V;
-    uint32_t vin[RPL]; /* converted where used, so the load does not wait here (load_io_bits) */
-#pragma unroll
-    for (int i = 0; i < RPL; ++i) {
-        const uint32_t v = v_base + 8u * i;
-        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, v < V);
-    }
-
-    /* 2. The per-channel vectors: from the prologue's record, or computed
-     * here (packed). */
-    float kq, beta;
-    const float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
-    if constexpr (RING) {
-        pdl_wait(); /* the prologue's records are complete and visible */
-        if (flush) {
-            for (uint32_t j = 0; j < n; ++j)
-                if (4u * lane < K)
-                    cp_async16(&kgw[warp][j % kJ][4 * lane], sc + kScKG + j * kMaxK + 4 * lane);
-            cp_commit();
-        }
-        if (4u * lane < K) {
-#pragma unroll
-            for (int w = 0; w < 4; ++w)
-                *reinterpret_cast<float4 *>(&vec[warp][w][4 * lane]) =
-                    *reinterpret_cast<const float4 *>(sc + w * kMaxK + 4 * lane);
-        }
-        if (lane < (uint32_t)kJ) {
-            cqk[warp][0][lane % kJ] = sc[kScCQ + lane % kJ];
-            cqk[warp][1][lane % kJ] = sc[kScCK + lane % kJ];
-        }
-        beta = sc[kScMisc];
-        kq = sc[kScMisc + 1];
-    } else {
-        float qx[4], kx[4], gx[4], al[4];
-        const RowIn in = channel_inputs<4, 1>(a, io, hv, lane, 32u, qx, kx, gx, al, nullptr);
-        kq = in.kq;
-        beta = in.beta;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const uint32_t c = lane + 32u * i;
-            if (c < K) {
-                vec[warp][0][c] = al[i] * qx[i];
-                vec[warp][1][c] = al[i] * kx[i];
-                vec[warp][2][c] = al[i];
-                vec[warp][3][c] = kx[i];
-            }
-        }
-    }
-    __syncwarp();
-
-    /* 3. Sbar q, Sbar k per row: the lane's channels and ring entries, then
-     * the 4 lanes of the row. */
-    float pq[RPL], pk[RPL];
-#pragma unroll
-    for (int i = 0; i < RPL; ++i)
-        pq[i] = pk[i] = 0.0f;
-    tile.dots(vec[warp][0], vec[warp][1], t4, K, pq, pk);
-    if constexpr (RING) {
-#pragma unroll
-        for (int jj = 0; jj < JL; ++jj) {
-            const uint32_t j = t4 + 4u * jj;
-            if (j >= n)
-                break;
-            const float cq = cqk[warp][0][j % kJ], ck = cqk[warp][1][j % kJ];
-#pragma unroll
-            for (int i = 0; i < RPL; ++i) {
-                const float dv = to_f<RT>(dj[i][jj]);
-                pq[i] += dv * cq;
-                pk[i] += dv * ck;
-            }
-        }
-    }
-#pragma unroll
-    for (int o = 1; o < 4; o <<= 1)
-#pragma unroll
-        for (int i = 0; i < RPL; ++i) {
-            pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
-            pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-        }
-
-    /* 4. d and o per row; each of a row's 4 lanes writes a different row, so
-     * the stores spread over the lanes. Not a flush: append d, done. */
-    float d[RPL];
-#pragma unroll
-    for (int i = 0; i < RPL; ++i) {
-        const uint32_t v = v_base + 8u * i;
-        d[i] = beta * (io_value(vin[i], io_bf16) - pk[i]);
-        if (t4 == (uint32_t)(i & 3) && v < V) {
-            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * kq);
-            if (RING && !flush)
-                ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], L.overflow, r);
-        }
-    }
-    if (!flush)
-        return;
-    if constexpr (RING) {
-#pragma unroll
-        for (int i = 0; i < RPL; ++i)
-#pragma unroll
-            for (int jj = 0; jj < JL; ++jj) {
-                const uint32_t j = t4 + 4u * jj;
-                if (j < n)
-                    dsm[warp][j % kJ][g + 8 * i] = to_f<RT>(dj[i][jj]);
-            }
-        cp_wait(0);
-        __syncwarp();
-    }
-
-    /* 5. C' = C alpha Gamma + d k^T + sum_j d_j kg_j^T, rounded to the state
-     * dtype, streamed out. */
+    constexpr int NG = kMaxK / (4 * CPT);
 #pragma unroll
     for (int G = 0; G < NG; ++G) {
         const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
@@ -267,8 +79,8 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
         float f[RPL][CPT];
 #pragma unroll
         for (int e = 0; e < CPT; e += 4) {
-            const float4 a4 = *reinterpret_cast<const float4 *>(&vec[warp][2][c0 + e]);
-            const float4 k4 = *reinterpret_cast<const float4 *>(&vec[warp][3][c0 + e]);
+            const float4 a4 = *reinterpret_cast<const float4 *>(&agv[c0 + e]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&kv[c0 + e]);
             const float ag[4] = {a4.x, a4.y, a4.z, a4.w}, kk[4] = {k4.x, k4.y, k4.z, k4.w};
 #pragma unroll
             for (int i = 0; i < RPL; ++i) {
@@ -286,10 +98,10 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
                 float dv[RPL];
 #pragma unroll
                 for (int i = 0; i < RPL; ++i)
-                    dv[i] = dsm[warp][j % kJ][g + 8 * i];
+                    dv[i] = dsm[j % kJ][g + 8 * i];
 #pragma unroll
                 for (int e = 0; e < CPT; e += 4) {
-                    const float4 k4 = *reinterpret_cast<const float4 *>(&kgw[warp][j % kJ][c0 + e]);
+                    const float4 k4 = *reinterpret_cast<const float4 *>(&kg[j % kJ][c0 + e]);
 #pragma unroll
                     for (int i = 0; i < RPL; ++i) {
                         f[i][e] += dv[i] * k4.x;
@@ -309,27 +121,134 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 || RING ? 4 : ST == kF32 
     }
 }
 
-/* ------------------------------------------------------ the prologue */
+/* ------------------------------------------------- the stream kernel */
 
-/* One CTA of kMaxK threads per (batch row, value head), thread = channel:
- * the row's scratch record (see kScQW ...), and the append of k and g to the
- * ring when the step is not a flush. The ring walk is unrolled over kJ
- * entries so that all of the row's ring loads are in flight at once. */
-template <int RT>
-__global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
+/* The packed decode. ST: state dtype; CPT: channels per state vector; RPL:
+ * rows per lane. Occupancy: 4 CTAs (16 warps) per SM with 64 registers of
+ * state per lane (RPL = 2 fp32, RPL = 4 bf16), 6-8 CTAs with one row per
+ * lane; the register caps are the largest that compile without spills. */
+template <int ST, int CPT, int RPL>
+__global__ void __launch_bounds__(32 * kWarps, RPL > 1 ? 4 : ST == kF32 ? 6 : 8) stream_kernel(const SArgs a)
 {
-    using RRaw = typename Raw<RT>::T;
-    __shared__ float red[3 * (kMaxK / 32)];
-    __shared__ __align__(16) float kgs[kJ][kMaxK];
-    __shared__ __align__(16) float qs[kMaxK], ks[kMaxK];
+    using SRaw = typename Raw<ST>::T;
+    /* per warp: alpha q, alpha k, alpha, k */
+    __shared__ __align__(16) float vec[kWarps][4][kMaxK];
 
-    /* The stream kernel may start now: it has its own loads to issue. */
-    pdl_launch_dependents();
     const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
-    const uint32_t r = blockIdx.x / HV, hv = blockIdx.x % HV, h = hv / (HV / H);
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
     const rssm_layer_io &L = a.b.io;
-    /* the row's load issued with the row count's, as in the stream kernel */
+    const uint32_t item = blockIdx.x * (uint32_t)kWarps + warp;
+    const uint32_t per_row = HV * a.chunks;
+    const uint32_t r = item / per_row, rem = item % per_row, hv = rem / a.chunks, chunk = rem % a.chunks;
+    /* Both header loads are issued before either is used: the row's load
+     * must not wait for the row count. */
+    const uint32_t rows = launch_rows(p, L);
+    uint4 hr = make_uint4(0, 0, 0, 0);
+    if (row_loadable(p, L, r))
+        hr = row_words(L, r);
+    if (r >= rows)
+        return;
+    const RowStep row = row_decode(p, L, hr);
+    const uint32_t slot = row.slot, io = row.io;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    void *out_row = L.out + io * L.out_row;
+    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
+    if (row.pad) {
+#pragma unroll
+        for (int i = 0; i < RPL; ++i)
+            if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
+                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
+        return;
+    }
+
+    /* 1. The tile's loads, all issued before anything waits on them. */
+    SRaw *C = reinterpret_cast<SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, slot, hv));
+    WarpTile<ST, CPT, RPL> tile;
+    tile.load(C, v_base, t4, K, V, true);
+    const void *v_row = L.v + io * L.v_row;
+    const size_t v_at = (size_t)hv * V;
+    uint32_t vin[RPL]; /* converted where used, so the load does not wait here (load_io_bits) */
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, v < V);
+    }
+
+    /* 2. The per-channel vectors. */
+    float qx[4], kx[4], gx[4], al[4];
+    const RowIn in = channel_inputs<4, 1>(a, io, hv, lane, 32u, qx, kx, gx, al, nullptr);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t c = lane + 32u * i;
+        if (c < K) {
+            vec[warp][0][c] = al[i] * qx[i];
+            vec[warp][1][c] = al[i] * kx[i];
+            vec[warp][2][c] = al[i];
+            vec[warp][3][c] = kx[i];
+        }
+    }
+    __syncwarp();
+
+    /* 3. Sbar q, Sbar k per row: the lane's channels, then the 4 lanes of
+     * the row. */
+    float pq[RPL], pk[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+        pq[i] = pk[i] = 0.0f;
+    tile.dots(vec[warp][0], vec[warp][1], t4, K, pq, pk);
+    tile.row_sums(pq, pk);
+
+    /* 4. d and o per row; each of a row's 4 lanes writes a different row, so
+     * the stores spread over the lanes. */
+    float d[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        d[i] = in.beta * (io_value(vin[i], io_bf16) - pk[i]);
+        if (t4 == (uint32_t)(i & 3) && v < V)
+            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * in.kq);
+    }
+
+    /* 5. The new state, streamed out. */
+    flush_tile<ST, CPT, RPL, false>(tile, vec[warp][2], vec[warp][3], static_cast<const float(*)[4]>(nullptr),
+                                    static_cast<const float(*)[8 * RPL]>(nullptr), d, 0u, g, t4, K, V, v_base, C);
+}
+
+/* ------------------------------------------------- the replay kernel */
+
+/* The replay step (docs/design.md §1's factored readout): a CTA of kWarps
+ * warps takes kWarps consecutive items (32 RPL value rows) of one (batch
+ * row, value head), so one step is the header's round trip, one round of
+ * loads and the arithmetic. See the top of this file. */
+template <int ST, int CPT, int RT, int RPL>
+__global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
+{
+    using SRaw = typename Raw<ST>::T;
+    using RRaw = typename Raw<RT>::T;
+    constexpr int JL = kJ / 4; /* ring entries per lane and row */
+    static_assert(32 * kWarps == kMaxK, "one thread per key channel in the coefficient phase");
+    /* The ring's k_j and g_j as stored ([n][K], [n][Kg]), one asynchronous
+     * copy each; kg_j = k_j gamma_j alpha over every channel; alpha Gamma q,
+     * alpha Gamma k, alpha Gamma, k; the normalised q and k for the c_j. */
+    __shared__ __align__(16) RRaw kraw[kJ * kMaxK];
+    __shared__ __align__(16) float graw[kJ * kMaxK];
+    __shared__ __align__(16) float kgs[kJ][kMaxK];
+    __shared__ __align__(16) float vec[4][kMaxK];
+    __shared__ __align__(16) float qks[2][kMaxK];
+    __shared__ float cqk[2][kJ];
+    __shared__ float red[3 * kWarps];
+    __shared__ float dsm[kWarps][kJ][8 * RPL];
+
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, H = p.num_qk_heads, HV = p.num_v_heads;
+    const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u, g = lane >> 2, t4 = lane & 3u;
+    const rssm_layer_io &L = a.b.io;
+    const uint32_t groups = (a.chunks + kWarps - 1u) / kWarps;
+    const uint32_t unit = blockIdx.x / groups, cg = blockIdx.x % groups;
+    const uint32_t r = unit / HV, hv = unit % HV, h = hv / (HV / H);
+    const uint32_t chunk = cg * (uint32_t)kWarps + warp;
+    const bool rows_here = chunk < a.chunks;
     const uint32_t rows = launch_rows(p, L);
     uint4 hr = make_uint4(0, 0, 0, 0);
     if (row_loadable(p, L, r))
@@ -337,79 +256,158 @@ __global__ void __launch_bounds__(kMaxK) prologue_kernel(const SArgs a)
     if (r >= rows)
         return; /* the whole CTA */
     const RowStep row = row_decode(p, L, hr);
-    if (row.pad)
-        return; /* the stream kernel zeroes its output */
     const uint32_t slot = row.slot, n = row.n, io = row.io;
     const bool flush = row.flush;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
-    const uint32_t Kg = kda ? K : 1u, c = threadIdx.x;
+    const uint32_t Kg = kda ? K : 1u;
+    void *out_row = L.out + io * L.out_row;
+    const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
+    if (row.pad) {
+#pragma unroll
+        for (int i = 0; i < RPL; ++i)
+            if (rows_here && t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
+                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
+        return;
+    }
+
+    /* 1. Every load of the step issued before anything waits: the tile,
+     * the rows' ring d and v into registers, the ring's k and g into shared
+     * memory, then the inputs (channel_inputs issues them all before its
+     * sums). */
+    SRaw *C = reinterpret_cast<SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, slot, hv));
+    WarpTile<ST, CPT, RPL> tile;
+    tile.load(C, v_base, t4, K, V, rows_here);
+    RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, slot, hv));
     RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, slot, h));
     float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, slot, hv));
-
-    RRaw kj[kJ];
-    float gj[kJ];
+    RRaw dj[RPL][JL];
 #pragma unroll
-    for (int j = 0; j < kJ; ++j) {
-        const bool in = (uint32_t)j < n && c < K;
-        kj[j] = in ? ring_k[(size_t)j * K + c] : RRaw{};
-        gj[j] = in ? ring_g[(size_t)j * Kg + (kda ? c : 0u)] : 0.0f;
+    for (int i = 0; i < RPL; ++i)
+#pragma unroll
+        for (int jj = 0; jj < JL; ++jj) {
+            const uint32_t j = t4 + 4u * jj, v = v_base + 8u * i;
+            dj[i][jj] = rows_here && j < n && v < V ? ring_d[(size_t)j * V + v] : RRaw{};
+        }
+    const void *v_row = L.v + io * L.v_row;
+    const size_t v_at = (size_t)hv * V;
+    uint32_t vin[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, rows_here && v < V);
     }
+    if (n > 0) {
+        copy_async(kraw, ring_k, n * K * (uint32_t)sizeof(RRaw), (int)tid, 32 * kWarps);
+        copy_async(graw, ring_g, n * Kg * 4u, (int)tid, 32 * kWarps);
+    }
+    cp_commit();
+    const uint32_t c = tid;
     float q, k, gv, alpha;
-    const RowIn in = channel_inputs<1, kMaxK / 32>(a, io, hv, c, 0u, &q, &k, &gv, &alpha, red);
+    const RowIn in = channel_inputs<1, kWarps>(a, io, hv, c, 0u, &q, &k, &gv, &alpha, red);
 
-    /* gamma_j = exp(sum of g_i, i > j), newest to oldest, in fp32. */
-    float *sc = a.b.scratch + (size_t)(r * HV + hv) * kScStride;
-    float s = 0.0f;
-#pragma unroll
-    for (int j = kJ - 1; j >= 0; --j) {
-        if ((uint32_t)j >= n)
-            continue;
-        const float kg = to_f<RT>(kj[j]) * (expf(s) * alpha);
-        s += gj[j];
-        kgs[j][c] = kg;
-        if (flush)
-            sc[kScKG + j * kMaxK + c] = kg;
-    }
-    const float ag = alpha * expf(s);
-    if (c < K) {
-        sc[kScQW + c] = ag * q;
-        sc[kScKW + c] = ag * k;
-        sc[kScAG + c] = ag;
-        sc[kScKV + c] = k;
-        if (!flush) {
+    /* 2. The coefficients: gamma_j = exp(sum of g_i, i > j), newest to
+     * oldest in fp32; kg_j; alpha Gamma x; then c_j(q), c_j(k), one warp
+     * per entry. The ring's copies are waited for
+     * only after the inputs' sums: waiting first held the inputs' work
+     * behind the tile's loads (0.5 us more per step at batch 1 on the H200,
+     * bench/results/h200_cuda/notes.md). */
+    cp_wait(0);
+    __syncthreads();
+    const bool mine = c < K;
+    {
+        float s = 0.0f;
+        for (uint32_t jn = n; jn > 0; --jn) {
+            const uint32_t j = jn - 1u;
+            const float kj = mine ? to_f<RT>(kraw[j * K + c]) : 0.0f;
+            const float gj = mine ? graw[j * Kg + (kda ? c : 0u)] : 0.0f;
+            kgs[j][c] = kj * (expf(s) * alpha);
+            s += gj;
+        }
+        const float ag = alpha * expf(s);
+        vec[0][c] = mine ? ag * q : 0.0f;
+        vec[1][c] = mine ? ag * k : 0.0f;
+        vec[2][c] = mine ? ag : 0.0f;
+        vec[3][c] = mine ? k : 0.0f;
+        qks[0][c] = mine ? q : 0.0f;
+        qks[1][c] = mine ? k : 0.0f;
+        /* the step's k and g appended once per unit, by its first CTA */
+        if (mine && !flush && cg == 0) {
             if (hv % (HV / H) == 0)
                 ring_k[(size_t)n * K + c] = to_ring<RT>(k, L.overflow, r);
             if (kda || c == 0)
                 ring_g[(size_t)n * Kg + (kda ? c : 0u)] = gv;
         }
     }
-    qs[c] = c < K ? q : 0.0f;
-    ks[c] = c < K ? k : 0.0f;
-    if (c == 0) {
-        sc[kScMisc] = in.beta;
-        sc[kScMisc + 1] = in.kq;
-    }
     __syncthreads();
-
-    /* c_j(q), c_j(k): one warp per entry, lanes over K. */
-    const uint32_t warp = c >> 5, lane = c & 31u;
-    for (uint32_t j = warp; j < n; j += kMaxK / 32) {
+    for (uint32_t j = warp; j < n; j += kWarps) {
         float dq = 0.0f, dk = 0.0f;
         const uint32_t c4 = 4u * lane;
         if (c4 < K) {
             const float4 kg = *reinterpret_cast<const float4 *>(&kgs[j][c4]);
-            const float4 q4 = *reinterpret_cast<const float4 *>(&qs[c4]);
-            const float4 k4 = *reinterpret_cast<const float4 *>(&ks[c4]);
+            const float4 q4 = *reinterpret_cast<const float4 *>(&qks[0][c4]);
+            const float4 k4 = *reinterpret_cast<const float4 *>(&qks[1][c4]);
             dq = kg.x * q4.x + kg.y * q4.y + kg.z * q4.z + kg.w * q4.w;
             dk = kg.x * k4.x + kg.y * k4.y + kg.z * k4.z + kg.w * k4.w;
         }
         dq = warp_sum(dq);
         dk = warp_sum(dk);
         if (lane == 0) {
-            sc[kScCQ + j] = dq;
-            sc[kScCK + j] = dk;
+            cqk[0][j] = dq;
+            cqk[1][j] = dk;
         }
     }
+    __syncthreads();
+    if (!rows_here)
+        return;
+    const float kq = in.kq, beta = in.beta;
+
+    /* 3. Sbar q, Sbar k per row: the lane's channels and ring entries, then
+     * the 4 lanes of the row; d and o, the append of d. */
+    float pq[RPL], pk[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+        pq[i] = pk[i] = 0.0f;
+    tile.dots(vec[0], vec[1], t4, K, pq, pk);
+#pragma unroll
+    for (int jj = 0; jj < JL; ++jj) {
+        const uint32_t j = t4 + 4u * jj;
+        if (j >= n)
+            break;
+        const float cq = cqk[0][j % kJ], ck = cqk[1][j % kJ];
+#pragma unroll
+        for (int i = 0; i < RPL; ++i) {
+            const float dv = to_f<RT>(dj[i][jj]);
+            pq[i] += dv * cq;
+            pk[i] += dv * ck;
+        }
+    }
+    tile.row_sums(pq, pk);
+    float d[RPL];
+#pragma unroll
+    for (int i = 0; i < RPL; ++i) {
+        const uint32_t v = v_base + 8u * i;
+        d[i] = beta * (io_value(vin[i], io_bf16) - pk[i]);
+        if (t4 == (uint32_t)(i & 3) && v < V) {
+            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * kq);
+            if (!flush)
+                ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], L.overflow, r);
+        }
+    }
+    if (!flush)
+        return;
+
+    /* 4. The flush, the tile's kg_j already in shared memory. */
+#pragma unroll
+    for (int i = 0; i < RPL; ++i)
+#pragma unroll
+        for (int jj = 0; jj < JL; ++jj) {
+            const uint32_t j = t4 + 4u * jj;
+            if (j < n)
+                dsm[warp][j % kJ][g + 8 * i] = to_f<RT>(dj[i][jj]);
+        }
+    __syncwarp();
+    flush_tile<ST, CPT, RPL, true>(tile, vec[2], vec[3], kgs, dsm[warp], d, n, g, t4, K, V, v_base, C);
 }
 
 /* ------------------------------------------------------------ variants */
@@ -419,26 +417,22 @@ using StreamFn = void (*)(const SArgs);
 /* State variants: fp32 (4 channels = 16 B), bf16 with K % 8 == 0 (8
  * channels = 16 B), bf16 otherwise (4 channels = 8 B). Rows per lane 1, 2,
  * 4; every variant keeps at most 64 registers of state per lane, so fp32
- * stops at 2, and so does the ring variant (the flush's accumulators spill
- * at 4 rows of bf16). */
-#define RSSM_STREAM_RPL(ST, CPT, RT, RING)                                                      \
-    {stream_kernel<ST, CPT, RT, 1, RING>, stream_kernel<ST, CPT, RT, 2, RING>,                  \
-     ST == kF32 || RING ? nullptr : stream_kernel<ST, CPT, RT, ST == kF32 || RING ? 2 : 4, RING>}
-#define RSSM_STREAM_STATES(RT, RING)                                                            \
-    {RSSM_STREAM_RPL(kF32, 4, RT, RING), RSSM_STREAM_RPL(kBF16, 8, RT, RING),                   \
-     RSSM_STREAM_RPL(kBF16, 4, RT, RING)}
-
-/* [ring dtype, or 3 for no ring][state variant][rows per lane 1, 2, 4] */
-const StreamFn kStream[4][3][3] = {
-    RSSM_STREAM_STATES(kF32, true),
-    RSSM_STREAM_STATES(kF16, true),
-    RSSM_STREAM_STATES(kBF16, true),
-    RSSM_STREAM_STATES(kF32, false),
+ * stops at 2, and so does replay (its flush's accumulators spill at 4 rows
+ * of bf16). */
+/* [state variant][rows per lane 1, 2, 4] */
+const StreamFn kPacked[3][3] = {
+    {stream_kernel<kF32, 4, 1>, stream_kernel<kF32, 4, 2>, nullptr},
+    {stream_kernel<kBF16, 8, 1>, stream_kernel<kBF16, 8, 2>, stream_kernel<kBF16, 8, 4>},
+    {stream_kernel<kBF16, 4, 1>, stream_kernel<kBF16, 4, 2>, stream_kernel<kBF16, 4, 4>},
 };
-#undef RSSM_STREAM_RPL
-#undef RSSM_STREAM_STATES
 
-const StreamFn kPrologue[3] = {prologue_kernel<kF32>, prologue_kernel<kF16>, prologue_kernel<kBF16>};
+/* [ring dtype][state variant][rows per lane 1, 2] */
+#define RSSM_REPLAY_STATES(RT)                                                                  \
+    {{replay_kernel<kF32, 4, RT, 1>, replay_kernel<kF32, 4, RT, 2>},                            \
+     {replay_kernel<kBF16, 8, RT, 1>, replay_kernel<kBF16, 8, RT, 2>},                          \
+     {replay_kernel<kBF16, 4, RT, 1>, replay_kernel<kBF16, 4, RT, 2>}}
+const StreamFn kReplay[3][3][2] = {RSSM_REPLAY_STATES(kF32), RSSM_REPLAY_STATES(kF16), RSSM_REPLAY_STATES(kBF16)};
+#undef RSSM_REPLAY_STATES
 
 uint32_t state_variant(const rssm_kernel_params *p)
 {
@@ -459,10 +453,14 @@ uint32_t stream_chunks(const rssm_kernel_params *p, uint32_t rpl)
     return (p->head_v + 8u * rpl - 1u) / (8u * rpl);
 }
 
+/* A replay CTA takes RSSM_CUDA_STREAM_WARPS items of one (row, value
+ * head); a packed one any RSSM_CUDA_STREAM_WARPS in a row. */
 uint32_t stream_grid(const rssm_kernel_params *p, uint32_t rpl)
 {
-    const uint64_t warps = (uint64_t)p->max_rows * p->num_v_heads * stream_chunks(p, rpl);
-    return (uint32_t)((warps + RSSM_CUDA_STREAM_WARPS - 1u) / RSSM_CUDA_STREAM_WARPS);
+    const uint64_t units = (uint64_t)p->max_rows * p->num_v_heads, chunks = stream_chunks(p, rpl);
+    if (p->ring_cap != 0)
+        return (uint32_t)(units * ((chunks + RSSM_CUDA_STREAM_WARPS - 1u) / RSSM_CUDA_STREAM_WARPS));
+    return (uint32_t)((units * chunks + RSSM_CUDA_STREAM_WARPS - 1u) / RSSM_CUDA_STREAM_WARPS);
 }
 
 } /* namespace */
@@ -470,13 +468,6 @@ uint32_t stream_grid(const rssm_kernel_params *p, uint32_t rpl)
 extern "C" int rssm_cuda_stream_supported(const rssm_kernel_params *p)
 {
     return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING;
-}
-
-extern "C" size_t rssm_cuda_scratch_bytes(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
-{
-    if (plan->kernel != RSSM_CUDA_KERNEL_STREAM || p->ring_cap == 0)
-        return 0;
-    return (size_t)p->max_rows * p->num_v_heads * kScStride * sizeof(float);
 }
 
 extern "C" void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p)
@@ -510,26 +501,14 @@ extern "C" cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm
 extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                                const rssm_cuda_plan *plan, cudaStream_t stream)
 {
-    const bool ring = p->ring_cap != 0;
-    const StreamFn fn = kStream[ring ? p->ring_dtype : 3u][state_variant(p)][rpl_index(plan->rows_per_lane)];
-    if (!fn || plan->grid == 0 || (ring && !b->scratch))
+    const uint32_t sv = state_variant(p), ri = rpl_index(plan->rows_per_lane);
+    const StreamFn fn = p->ring_cap == 0 ? kPacked[sv][ri] : ri < 2u ? kReplay[p->ring_dtype][sv][ri] : nullptr;
+    if (!fn || plan->grid == 0)
         return cudaErrorInvalidConfiguration;
     SArgs a;
     a.p = *p;
     a.b = *b;
     a.chunks = stream_chunks(p, plan->rows_per_lane);
-    const dim3 block(32u * RSSM_CUDA_STREAM_WARPS);
-    if (!ring) {
-        fn<<<plan->grid, block, 0, stream>>>(a);
-        return cudaGetLastError();
-    }
-    /* The prologue waits for everything before it (the previous layer's
-     * stream kernel reads the same scratch); the stream kernel depends on
-     * the prologue programmatically (it may start once every prologue CTA
-     * has started, and waits for its completion at pdl_wait). */
-    kPrologue[p->ring_dtype]<<<p->max_rows * p->num_v_heads, RSSM_CUDA_MAX_HEAD_K, 0, stream>>>(a);
-    cudaError_t e = cudaGetLastError();
-    if (e != cudaSuccess)
-        return e;
-    return launch_dependent(fn, dim3(plan->grid), block, stream, a);
+    fn<<<plan->grid, 32u * RSSM_CUDA_STREAM_WARPS, 0, stream>>>(a);
+    return cudaGetLastError();
 }

@@ -40,6 +40,18 @@ template <int ST, int CPT, int RPL> struct WarpTile {
         }
     }
 
+    /* Sums each row's pq and pk over its 4 lanes, in every one of them. */
+    static __device__ __forceinline__ void row_sums(float (&pq)[RPL], float (&pk)[RPL])
+    {
+#pragma unroll
+        for (int o = 1; o < 4; o <<= 1)
+#pragma unroll
+            for (int i = 0; i < RPL; ++i) {
+                pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
+                pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
+            }
+    }
+
     /* The lane's share of C qv and C kv for each of its rows, added to pq
      * and pk; qv and kv are fp32 vectors over K in shared memory, 16-byte
      * aligned. */

@@ -414,13 +414,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
                 pk[i] += dv * ck;
             }
         }
-#pragma unroll
-        for (int o = 1; o < 4; o <<= 1)
-#pragma unroll
-            for (int i = 0; i < kRPL; ++i) {
-                pq[i] += __shfl_xor_sync(0xffffffffu, pq[i], o);
-                pk[i] += __shfl_xor_sync(0xffffffffu, pk[i], o);
-            }
+        tile.row_sums(pq, pk);
         const float beta = w[kRMisc], kq = w[kRMisc + 1];
         void *out_row = L.out + (size_t)(t * a.rows + r) * L.out_row;
 #pragma unroll

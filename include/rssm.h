@@ -188,6 +188,18 @@ rssm_status rssm_backend_supports(const rssm_backend *b, const rssm_model *m, rs
 rssm_status rssm_backend_copy_bandwidth(rssm_backend *b, size_t bytes, double *bytes_per_second,
                                         rssm_error *err);
 
+/* Caps the multiprocessors that the kernels of the pools, batches and layer
+ * objects created on `b` afterwards are planned for at `sms` (0 lifts the
+ * cap; a cap above the device's count is the device's count): persistent
+ * grids get at most that many multiprocessors' worth of CTAs, the plan
+ * chooses its kernels for a device of that size, and the in-place bound
+ * (rssm_pool_inplace_seconds) runs on as many. With the device itself
+ * confined to as many multiprocessors (CUDA MPS's active thread
+ * percentage), this times a smaller part of the same family (docs/bench.md:
+ * an H20-shaped run on an H200). RSSM_ERR_UNSUPPORTED on a backend without
+ * such a plan (cpu, vulkan). */
+rssm_status rssm_backend_limit_sms(rssm_backend *b, uint32_t sms, rssm_error *err);
+
 /* The dtype to which this backend rounds the operands of the flush's
  * rank-(n+1) matrix product for model `m`, beyond the storage dtypes the
  * model names: RSSM_DTYPE_F32 when the product is exact up to fp32

@@ -88,6 +88,11 @@ static void test_create_cpu(void **state)
     TS_EXPECT(rssm_backend_copy_bandwidth(b, 1u << 20, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     TS_EXPECT(rssm_backend_copy_bandwidth(NULL, 1u << 20, &bw, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
 
+    /* A cap of multiprocessors is a GPU backend's: the cpu says so. */
+    TS_EXPECT(rssm_backend_limit_sms(b, 78, &err), RSSM_ERR_UNSUPPORTED, &err);
+    assert_non_null(strstr(err.message, "no multiprocessors"));
+    TS_EXPECT(rssm_backend_limit_sms(NULL, 78, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+
     rssm_backend_destroy(&b);
     assert_null(b);
     rssm_backend_destroy(&b); /* already NULL */

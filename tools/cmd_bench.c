@@ -49,16 +49,19 @@ static void help(void)
            "  --state LIST       state dtypes fp32, bf16 (default both)\n"
            "  --ring-dtype T     fp32, fp16 or bf16 (default fp16)\n"
            "  --io T             q/k/v/output dtype, fp32 or bf16 (default bf16)\n"
-           "  --gate-mode M      precomputed, raw or raw-safe (default precomputed): the\n"
-           "                     step's gate and beta as g and beta, or as the raw\n"
-           "                     projections a and b from which the kernels compute them\n"
-           "                     (with A_log and dt_bias), as an engine passes them\n"
+           "  --gate-mode M      raw, raw-safe or precomputed (default raw): the raw\n"
+           "                     projections a and b from which the kernels compute the\n"
+           "                     gate and beta (with A_log and dt_bias), as an engine\n"
+           "                     passes them, or the step's g and beta computed beforehand\n"
            "  --positions LIST   uniform, staggered (default both): rows all at one ring\n"
            "                     position, or spread by the RSSM_FLUSH_STAGGERED policy\n"
            "  --cycles N         timed runs of each program; the median is reported (default 3)\n"
            "  --state-mib N      minimum state touched per step, MiB (default: cpu 4x the\n"
            "                     last-level cache, at least 64; a GPU 256; llvmpipe 64)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
+           "  --sm-limit N       plan the kernels and the in-place bound for N multiprocessors\n"
+           "                     (rssm_backend_limit_sms; GPU backends that have it), e.g. 78\n"
+           "                     for an H20-shaped run on an H200 under CUDA MPS (docs/bench.md)\n"
            "  --verify T-LIST    also time speculative-decode verify windows of T draft\n"
            "                     tokens per row (2..16, each at most L - 1), e.g. 2,4,8;\n"
            "                     off unless given (--quick included)\n"
@@ -95,6 +98,7 @@ typedef struct bench_opts {
     uint32_t cycles;
     uint32_t state_mib; /* 0: per backend */
     uint64_t seed;
+    uint32_t sm_limit;  /* 0: the device's */
     uint32_t drafts[MAX_LIST], accept_pct[MAX_LIST]; /* --verify, --accept */
     size_t ndrafts, naccept;                         /* ndrafts 0: no verify rows */
 } bench_opts;
@@ -360,6 +364,15 @@ static rssm_status bench_pool_open(bench_pool *bp, rssm_backend *b, const rssm_m
         if ((st = rssm_pool_alloc(bp->pool, &bp->slots[i], err)) != RSSM_OK ||
             (st = rssm_pool_write_state(bp->pool, bp->slots[i], bp->state, err)) != RSSM_OK)
             goto done;
+    /* The rows on a random permutation of the slots, as an engine's batch
+     * lands on whatever slots its sequences hold: with the rows in slot
+     * order a packed step measured up to 3% faster on the H200 than the
+     * same kernel in the engine's harness (bench/results/h200_cuda/notes.md). */
+    for (uint32_t i = rows; i > 1; i--) {
+        const uint32_t j = (uint32_t)rh_rng_range(&r, 0, i - 1), t = bp->slots[i - 1];
+        bp->slots[i - 1] = bp->slots[j];
+        bp->slots[j] = t;
+    }
     if ((st = rssm_batch_create(bp->pool, rows, &bp->batch, err)) != RSSM_OK ||
         (st = rssm_batch_upload(bp->batch, rows, &bp->in.in, err)) != RSSM_OK ||
         (st = gate_params_set(bp->batch, m, seed, err)) != RSSM_OK)
@@ -820,8 +833,8 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
     json_str(f, "ring_dtype", rssm_dtype_name(o->ring_dtype), 1);
     json_str(f, "io_dtype", rssm_dtype_name(o->io_dtype), 1);
     json_str(f, "gate_mode", rssm_gate_mode_name(o->gate_mode), 1);
-    fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu,\n \"rows\": [\n", o->cycles, o->state_mib,
-            (unsigned long long)o->seed);
+    fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu, \"sm_limit\": %u,\n \"rows\": [\n", o->cycles,
+            o->state_mib, (unsigned long long)o->seed, o->sm_limit);
     for (size_t i = 0; i < n; i++) {
         const result_row *r = &rows[i];
         double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
@@ -868,7 +881,7 @@ int cmd_bench(int argc, char **argv)
         .ring_len = {8, 16}, .nring = 2,
         .gate = {RSSM_GATE_GDN, RSSM_GATE_KDA}, .ngate = 2,
         .state = {RSSM_DTYPE_F32, RSSM_DTYPE_BF16}, .nstate = 2,
-        .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16, .gate_mode = RSSM_GATE_PRECOMPUTED,
+        .ring_dtype = RSSM_DTYPE_F16, .io_dtype = RSSM_DTYPE_BF16, .gate_mode = RSSM_GATE_RAW,
         .positions = {0, 1}, .npos = 2,
         .cycles = 3, .state_mib = 0, .seed = 1,
         .accept_pct = {100, 50}, .naccept = 2,
@@ -961,6 +974,13 @@ int cmd_bench(int argc, char **argv)
         } else if ((k = cli_value(cmd, argc, argv, &i, "--seed", &v)) != 0) {
             if (k < 0 || !cli_u64(cmd, "--seed", v, &o.seed))
                 return CLI_USAGE;
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--sm-limit", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--sm-limit", v, &o.sm_limit))
+                return CLI_USAGE;
+            if (o.sm_limit == 0 || o.sm_limit > 65536) {
+                fprintf(stderr, "rssm bench: --sm-limit must be in 1..65536\n");
+                return CLI_USAGE;
+            }
         } else if ((k = cli_value(cmd, argc, argv, &i, "--verify", &v)) != 0) {
             if (k < 0 || !cli_u32_list(cmd, "--verify", v, o.drafts, MAX_LIST, &o.ndrafts))
                 return CLI_USAGE;
@@ -1010,6 +1030,11 @@ int cmd_bench(int argc, char **argv)
         return st == RSSM_ERR_INVALID_ARGUMENT ? CLI_USAGE : 1;
     }
     const char *bname = rssm_backend_name(b);
+    if (o.sm_limit && (st = rssm_backend_limit_sms(b, o.sm_limit, &err)) != RSSM_OK) {
+        fprintf(stderr, "rssm bench: --sm-limit: %s\n", err.message);
+        rssm_backend_destroy(&b);
+        return st == RSSM_ERR_UNSUPPORTED ? CLI_USAGE : 1;
+    }
     /* The default state size must beat the last-level cache: for the cpu
      * backend four times the one this machine reports, at least 64 MiB; on
      * a GPU 256 MiB (an H200's L2 alone is 60 MB); both in --quick too, with
@@ -1035,6 +1060,8 @@ int cmd_bench(int argc, char **argv)
     }
     printf("backend %s (%s)\ncopy bandwidth %.2f GB/s over %u MiB buffers (read + write)\n", bname,
            rssm_backend_device(b), copy_bps / 1e9, o.state_mib);
+    if (o.sm_limit)
+        printf("kernels and in-place bound planned for at most %u multiprocessors (--sm-limit)\n", o.sm_limit);
     printf("ring %s, io %s, gates %s, median of %u timed run(s) per program, >= %u MiB of state per step\n"
            "us are per step (all layers); inplace = one read + write of the packed state pool, %%inpl =\n"
            "inplace / packed; speedup = packed us / replay us (amortised over whole cycles);\n"

@@ -133,6 +133,7 @@ _PROTOTYPES = {
     "rssm_backend_name": (c_char_p, [c_void_p]),
     "rssm_backend_device": (c_char_p, [c_void_p]),
     "rssm_backend_kernels": (c_char_p, [c_void_p]),
+    "rssm_backend_limit_sms": (c_int, [c_void_p, c_uint32, POINTER(RssmError)]),
     "rssm_layer_can_implement": (c_int, [c_void_p, POINTER(RssmLayerDesc), POINTER(RssmError)]),
     "rssm_layer_create": (c_int, [c_void_p, POINTER(RssmLayerDesc), POINTER(c_void_p), POINTER(RssmError)]),
     "rssm_layer_destroy": (None, [POINTER(c_void_p)]),

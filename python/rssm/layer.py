@@ -59,6 +59,17 @@ class Backend:
             return "cuda"
         return None
 
+    def limit_sms(self, sms: int) -> None:
+        """Plans what is created on this backend afterwards (layer objects
+        included, so call it before the first decode call that uses this
+        backend) for at most `sms` multiprocessors, 0 for all
+        (rssm_backend_limit_sms: an H20-shaped run on an H200, docs/bench.md).
+        rssm.Error on a backend without such a plan (cpu, vulkan)."""
+        if not isinstance(sms, int) or isinstance(sms, bool) or not 0 <= sms <= 0xFFFFFFFF:
+            raise ValueError(f"limit_sms: sms = {sms!r}: expected an int in 0..2**32-1")
+        err = _lib.RssmError()
+        _lib.check("rssm_backend_limit_sms", _lib.lib().rssm_backend_limit_sms(self._h, sms, err), err)
+
     def close(self) -> None:
         # Layers keep their own reference to the C backend, so this is safe
         # in any order (rssm.h: handles may be destroyed in any order).

@@ -103,3 +103,19 @@ def test_rows_over_max_rows():
         call(mixed_qkv=np.zeros((3, 48), np.float32), a=np.zeros((3, HV), np.float32),
              b=np.zeros((3, HV), np.float32), out=np.zeros((3, HV, V), np.float32),
              ssm_state_indices=np.array([0, 1, 2], np.int32), write_pos=np.zeros(3, np.int32), max_rows=2)
+
+
+def test_limit_sms_on_a_backend_without_multiprocessors():
+    """A cap of multiprocessors is the GPU backends' (rssm_backend_limit_sms):
+    the cpu backend says so, and a cap that is not a count is refused in
+    Python before it reaches C."""
+    b = rssm_layer.Backend("cpu")
+    try:
+        with pytest.raises(rssm.Error, match="no multiprocessors to cap") as e:
+            b.limit_sms(78)
+        assert e.value.status_name == "unsupported"
+        for bad in (-1, 2**32, 1.5, True, "78"):
+            with pytest.raises(ValueError, match="limit_sms"):
+                b.limit_sms(bad)
+    finally:
+        b.close()
