@@ -5,11 +5,9 @@ report: a markdown table with the targets, a summary and a PNG plot.
 usage: report.py PREFIX.json OUT_DIR
 Times become microseconds per step per layer (the unit of the published
 figures in docs/design.md §7): `rssm bench` reports per step of all layers.
-Writes OUT_DIR/h200_results.md, OUT_DIR/h200/summary.json (one object per
-configuration timed: backend, gate, state, batch, positions, ring_len,
-packed_us, replay_us, inplace_us, copy_gbs, empty_us, full_us, flush_us; null
-where not measured) and OUT_DIR/h200_results.png. The plot needs matplotlib;
-without it the table and the summary are written.
+Writes OUT_DIR/h200_results.md and OUT_DIR/h200_results.png (the plot needs
+matplotlib; without it the table is written). The results of record, both
+harnesses, are bench/h200/record.py's (h200/summary.json).
 """
 import json
 import os
@@ -73,23 +71,6 @@ def targets(rows):
         out.append(("full-ring step <= 1.1x empty-ring step (batch >= 64)",
                     f"worst {w['full_ring_us'] / w['empty_ring_us']:.3f}x ({w['kind']} {w['state']} B={w['batch']})",
                     w["full_ring_us"] / w["empty_ring_us"] <= 1.1))
-    return out
-
-
-def summary(rows, backend):
-    """bench/results/h200/summary.json: one object per configuration timed."""
-    out = []
-    for r in rows:
-        uni = r["positions"] == "uniform"
-        out.append({
-            "backend": backend, "gate": r["kind"], "state": r["state"], "batch": r["batch"],
-            "positions": r["positions"], "ring_len": r["L"], "packed_us": r["packed_us"],
-            "replay_us": r["us_per_step"], "inplace_us": r.get("inplace_us"),
-            "copy_gbs": r.get("copy_gbps"),
-            "empty_us": r["empty_ring_us"] if uni else None,
-            "full_us": r["full_ring_us"] if uni else None,
-            "flush_us": r["flush_us"] if uni else None,
-        })
     return out
 
 
@@ -175,10 +156,6 @@ def main():
     for r in untimed:
         lines.append(f"\nnot timed: {r['gate']} {r['state_dtype']} L={r['ring_len']} B={r['batch']} "
                      f"{r['positions']}: {r['status']} ({r['note']})")
-    os.makedirs(os.path.join(out_dir, "h200"), exist_ok=True)
-    with open(os.path.join(out_dir, "h200", "summary.json"), "w") as f:
-        json.dump(summary(rows, data["backend"]), f, indent=1)
-        f.write("\n")
     md = os.path.join(out_dir, "h200_results.md")
     with open(md, "w") as f:
         f.write("\n".join(lines) + "\n")

@@ -7,7 +7,8 @@
 #   bench/h200/run.sh [OUT_DIR]            (default: $OUT, else ./h200-out)
 #
 # STAGES picks stages, run in the order given (default "build conform
-# sanitize bench"; also "profile": Nsight Compute on the batch-256 launches of
+# sanitize torch record"; also "bench": rssm bench alone, with report.py;
+# "profile": Nsight Compute on the batch-256 launches of
 # the planned kernels, and "vulkan": the Vulkan backend on the same GPU, which
 # needs a CLI built with Vulkan on (CLI=..., built on Debian: the GPU machine
 # has no Vulkan headers or shader compiler) and the loader packages in .gl/,
@@ -22,19 +23,32 @@
 # CONFORM_TIMEOUT (default 400), SANITIZE_TIMEOUT (per tool, 300),
 # BENCH_TIMEOUT (600). SANITIZE_CASES_memcheck, SANITIZE_CASES_racecheck:
 # --case filters for that tool's run (default: every case of the quick set;
-# racecheck of all four variants on all of them takes ~25 min). The machine has no network: libxxhash-dev
-# (a header) is taken from a .deb under .debs/ when the system lacks it.
-# Writes OUT_DIR/bench.{txt,csv,json}, h200_results.md, h200/summary.json,
-# h200_results.png and logs.tgz; the committed copies are in bench/results/.
+# racecheck of all four variants on all of them takes ~25 min). "torch": the
+# benchmark of record, bench/h200/torch_graph.py (rssm's per-layer entry from
+# torch in captured CUDA graphs, every shape, with `rssm bench` of the same
+# shapes beside it; TORCH_ARGS adds options), which needs LIB (the
+# librssm.so of the CLI's build; default beside the CLI); "h20": the same on
+# an H20-shaped GPU, the H200 confined to 78 SMs by CUDA MPS
+# (CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59) with rssm's plans capped at 78
+# (--sm-limit; H20_ARGS adds options); "record": bench/h200/record.py over
+# their JSON (summary.json with a harness key, and the targets page
+# h200_cuda/results.md). The machine has no network; the
+# library needs no system header beyond the CUDA toolkit's.
+# Writes OUT_DIR/bench.{txt,csv,json}, h200_results.md and h200_results.png
+# (bench), torch_graph*.json and the rssm bench files beside them (torch,
+# h20), h200/summary.json and h200_cuda/results.md (record), logs.tgz; the
+# committed copies are in bench/results/. The device tool returns at most 8
+# files a call: tar OUT_DIR there.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/h200-out}}
-STAGES=${STAGES:-"build conform sanitize bench"}
+STAGES=${STAGES:-"build conform sanitize torch record"}
 VARIANTS=${VARIANTS:-"cuda cuda:bulk cuda:stream cuda:pipeline"}
 BENCH_ARGS=${BENCH_ARGS:-"--gate gdn,kda --state fp32,bf16 --ring-len 16 --batch 1,16,64,128,256,512 --cycles 5"}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BUILD=${BUILD:-/tmp/rssm-h200-build}
 JOBS=$(nproc 2>/dev/null || echo 4)
 CLI=${CLI:-$BUILD/rssm}  # CLI=path runs a prebuilt rssm (built with RSSM_CUDA=ON) and skips nothing else
+LIB=${LIB:-}             # its librssm.so (the torch stages); default: beside the CLI, else in its build
 mkdir -p "$OUT_DIR" "$BUILD"
 cd "$ROOT"
 SUMMARY=()
@@ -44,16 +58,8 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,memory.total --f
 nvcc --version | tail -1
 
 stage_build() {
-  local xx=()
-  if [ ! -f /usr/include/xxhash.h ]; then
-    local deb
-    deb=$(ls "$ROOT"/.debs/libxxhash-dev_*.deb 2>/dev/null | head -1)
-    if [ -n "$deb" ]; then
-      dpkg -x "$deb" "$BUILD/sysroot" && xx=(-DRSSM_XXHASH_INCLUDE_DIR="$BUILD/sysroot/usr/include")
-    fi
-  fi
   if cmake -S "$ROOT" -B "$BUILD" -DCMAKE_BUILD_TYPE=Release -DRSSM_VULKAN=OFF -DRSSM_TESTS=OFF -DRSSM_CUDA=ON \
-      "${xx[@]}" >"$OUT_DIR/build.log" 2>&1 && cmake --build "$BUILD" -j "$JOBS" >>"$OUT_DIR/build.log" 2>&1; then
+      >"$OUT_DIR/build.log" 2>&1 && cmake --build "$BUILD" -j "$JOBS" >>"$OUT_DIR/build.log" 2>&1; then
     note "build (RSSM_CUDA=ON, sm_90a + compute_90 PTX): ok"
   else
     note "build FAILED: $(grep -m1 -iE 'error' "$OUT_DIR/build.log")"
@@ -230,6 +236,60 @@ stage_verify() {
     note "rssm bench --verify (${VERIFY_BACKEND:-cuda}) FAILED or incomplete (rc $?)"
   fi
   sed -n '/verify us/,$p' "$OUT_DIR/verify.txt" | head -40
+}
+
+# The library of the CLI's build, for the Python package.
+find_lib() {
+  if [ -z "$LIB" ]; then
+    LIB=$(ls "$(dirname "$CLI")"/librssm.so.*.*.* "$(dirname "$CLI")"/common/librssm.so.*.*.* 2>/dev/null | head -1)
+  fi
+  [ -n "$LIB" ] || { note "no librssm.so beside $CLI: set LIB"; return 1; }
+}
+
+torch_graph() {
+  PYTHONPATH="$ROOT/python" RSSM_LIBRARY="$LIB" PYTHONUNBUFFERED=1 timeout "${BENCH_TIMEOUT:-600}" \
+    python3 bench/h200/torch_graph.py --cli "$CLI" --out "$OUT_DIR" "$@"
+}
+
+# The benchmark of record: every shape, both harnesses.
+stage_torch() {
+  find_lib || return
+  # shellcheck disable=SC2086 # TORCH_ARGS is a list of options
+  if torch_graph ${TORCH_ARGS:-} >"$OUT_DIR/torch_graph.log" 2>&1; then
+    note "torch_graph.py: done"
+  else
+    note "torch_graph.py FAILED or incomplete (rc $?): $(tail -2 "$OUT_DIR/torch_graph.log")"
+  fi
+  sed -n '/^us per step per layer/,$p' "$OUT_DIR/torch_graph.log"
+}
+
+# The H20 shape (docs/bench.md): an MPS server whose clients get 59% of the
+# SMs (78 of 132), rssm's plans and in-place bound capped to match.
+stage_h20() {
+  find_lib || return
+  local pipe=/tmp/rssm-mps-pipe log=/tmp/rssm-mps-log
+  mkdir -p "$pipe" "$log"
+  export CUDA_MPS_PIPE_DIRECTORY=$pipe CUDA_MPS_LOG_DIRECTORY=$log
+  if ! nvidia-cuda-mps-control -d; then
+    note "h20: the MPS control daemon did not start"
+    return
+  fi
+  # shellcheck disable=SC2086
+  CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59 torch_graph --sm-limit 78 --tag h20 \
+    ${H20_ARGS:---batches 16,64,256} >"$OUT_DIR/torch_graph-h20.log" 2>&1
+  note "h20 (MPS 59%, --sm-limit 78): rc $?"
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY
+  sed -n '/^us per step per layer/,$p' "$OUT_DIR/torch_graph-h20.log"
+}
+
+# The results of record (bench/h200/record.py): summary.json and the targets
+# page from the torch and h20 stages' JSON.
+stage_record() {
+  local h20=()
+  [ -f "$OUT_DIR/torch_graph-h20.json" ] && h20=("$OUT_DIR/torch_graph-h20.json")
+  python3 bench/h200/record.py "$OUT_DIR" "$OUT_DIR/torch_graph.json" "${h20[@]}" ||
+    note "record.py FAILED"
 }
 
 for st in $STAGES; do "stage_$st"; done
