@@ -48,9 +48,10 @@ static rssm_status start(const rssm_backend_ops *ops, const char *variant, rssm_
 
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err)
 {
+    if (out)
+        *out = NULL; /* whatever is refused, the caller is never left a stale handle */
     if (!name || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "backend name and out must not be NULL");
-    *out = NULL;
     if (strcmp(name, "auto") == 0) {
         for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
             if (start(*ops, (*ops)->variants[0], out, NULL) == RSSM_OK)

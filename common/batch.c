@@ -8,9 +8,10 @@
 
 rssm_status rssm_batch_create(rssm_pool *p, uint32_t max_rows, rssm_batch **out, rssm_error *err)
 {
+    if (out)
+        *out = NULL; /* whatever is refused, the caller is never left a stale handle */
     if (!p || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "batch: pool and out must not be NULL");
-    *out = NULL;
     if (max_rows == 0 || max_rows > 65536)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "batch: max_rows = %u: must be in 1..65536", max_rows);
     rssm_batch *b = calloc(1, sizeof *b);

@@ -196,9 +196,10 @@ rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_des
 
 rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm_layer **out, rssm_error *err)
 {
+    if (out)
+        *out = NULL; /* whatever is refused, the caller is never left a stale handle */
     if (!b || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: backend and out must not be NULL");
-    *out = NULL;
     rssm_layer *l = calloc(1, sizeof *l);
     if (!l)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "layer: out of host memory");

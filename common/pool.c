@@ -18,9 +18,10 @@ static void reset_cursor(rssm_pool *p, uint32_t slot)
 rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t slots,
                              rssm_flush_policy policy, rssm_pool **out, rssm_error *err)
 {
+    if (out)
+        *out = NULL; /* whatever is refused, the caller is never left a stale handle */
     if (!b || !model || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool: backend, model and out must not be NULL");
-    *out = NULL;
     if (slots == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "pool: slots must be > 0");
     if (policy != RSSM_FLUSH_ALIGNED && policy != RSSM_FLUSH_STAGGERED)

@@ -938,13 +938,28 @@ static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, cons
 {
     (void)ctx;
     (void)stream;
-    const cpu_layer *l = layer;
+    cpu_layer *l = layer;
     const uint32_t cap = l->params.ring_cap;
-    for (uint32_t r = 0; r < rows; r++)
-        if (slot_index[r] >= 0 && (uint32_t)slot_index[r] < l->slots && (write_pos[r] < 0 || (uint32_t)write_pos[r] > cap))
+    /* Checked before any cursor moves: a write_pos outside the ring, and a
+     * slot named by two rows (which would leave its cursor to whichever row
+     * came last), as decode_rows does for a step. */
+    if (++l->mark == 0) {
+        memset(l->seen, 0, l->slots * sizeof *l->seen);
+        l->mark = 1;
+    }
+    for (uint32_t r = 0; r < rows; r++) {
+        const int32_t slot = slot_index[r];
+        if (slot < 0 || (uint32_t)slot >= l->slots)
+            continue;
+        if (write_pos[r] < 0 || (uint32_t)write_pos[r] > cap)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                                   "cpu layer advance: row %u: write_pos = %d is outside the ring (0..%u)", r,
                                   write_pos[r], cap);
+        if (l->seen[slot] == l->mark)
+            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                                  "cpu layer advance: row %u: slot %d is named by an earlier row too", r, slot);
+        l->seen[slot] = l->mark;
+    }
     for (uint32_t r = 0; r < rows; r++) {
         if (slot_index[r] < 0 || (uint32_t)slot_index[r] >= l->slots)
             continue;

@@ -524,7 +524,11 @@ rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_
  * cursor[slot_index[r]] = flushes ? 0 : write_pos[r] + 1, with the flush
  * rule above. `cursor` is per slot ([slots]); it may be `write_pos` itself
  * only when that is per slot too (an engine's per-row write_pos buffer is
- * refreshed from its per-slot cursor before the next step). */
+ * refreshed from its per-slot cursor before the next step). Rows must name
+ * distinct slots: the cpu backend refuses a slot named twice, and a
+ * write_pos outside the ring, before any cursor moves
+ * (RSSM_ERR_INVALID_ARGUMENT); a GPU backend reads the rows in device
+ * memory and does not check them. */
 rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *slot_index,
                                const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                rssm_error *err);

@@ -537,8 +537,37 @@ static void test_non_status_calls(void **state)
     rssm_batch_destroy(&bt);
 }
 
+/* A refused create leaves NULL in its out argument, whichever argument it
+ * refuses, so a caller that destroys what it was given after a failure
+ * never destroys a stale handle. */
+static void test_refused_create_clears_out(void **state)
+{
+    (void)state;
+    rssm_error err;
+    void *const stale = (void *)&err; /* any non-NULL pointer */
+    rssm_backend *b = stale;
+    TS_EXPECT(rssm_backend_create(NULL, &b, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_null(b);
+    rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
+    rssm_pool *p = stale;
+    TS_EXPECT(rssm_pool_create(NULL, &m, 2, RSSM_FLUSH_ALIGNED, &p, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_null(p);
+    rssm_batch *bt = stale;
+    TS_EXPECT(rssm_batch_create(NULL, 2, &bt, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_null(bt);
+    rssm_layer_desc d;
+    memset(&d, 0, sizeof d);
+    d.model = m;
+    d.max_rows = 2;
+    d.slots = 2;
+    rssm_layer *l = stale;
+    TS_EXPECT(rssm_layer_create(NULL, &d, &l, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    assert_null(l);
+}
+
 int main(void)
 {
-    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_non_status_calls)};
+    const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_non_status_calls),
+                                       cmocka_unit_test(test_refused_create_clears_out)};
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

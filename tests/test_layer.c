@@ -610,6 +610,15 @@ static void bad_runs(void **state)
         e.slot_index[2] = 0; /* slot 0 twice */
         TS_EXPECT(lm_run(e.mem, l, ROWS, &t, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
         assert_non_null(strstr(err.message, "slot 0"));
+        /* the advance refuses it too, before any cursor moves */
+        int32_t *cursor_before = malloc(SLOTS * sizeof *cursor_before);
+        assert_non_null(cursor_before);
+        memcpy(cursor_before, e.cursor, SLOTS * sizeof *cursor_before);
+        TS_EXPECT(lm_advance(e.mem, l, ROWS, e.slot_index, e.write_pos, e.force, e.cursor, &err),
+                  RSSM_ERR_INVALID_ARGUMENT, &err);
+        assert_non_null(strstr(err.message, "slot 0"));
+        assert_memory_equal(cursor_before, e.cursor, SLOTS * sizeof *cursor_before);
+        free(cursor_before);
     }
     assert_memory_equal(before, e.state, state_bytes);
     TS_OK(lm_run(e.mem, l, 0, &t, &err), &err); /* zero rows: nothing to do */

@@ -57,6 +57,7 @@ class ArrayInfo(NamedTuple):
     stream: int | None = None   # __cuda_array_interface__'s "stream", if given
     kind: str = "array"         # "torch", "cuda_array_interface", "array_interface", "dlpack"
     obj: Any = None
+    readonly: bool = False      # its producer marks it read-only (NumPy's writeable=False, ...)
 
     @property
     def itemsize(self) -> int:
@@ -70,7 +71,7 @@ class ArrayInfo(NamedTuple):
     def layout(self) -> tuple:
         """Everything but the address and the stream: what a call's checks
         depend on (rssm._prepared keys its plans by it)."""
-        return self.shape, self.strides, self.dtype, self.device, self.device_index, self.kind
+        return self.shape, self.strides, self.dtype, self.device, self.device_index, self.kind, self.readonly
 
     def columns(self, name: str, start: int, width: int) -> "ArrayInfo":
         """Columns start..start+width of a 2-D array, as another ArrayInfo on
@@ -161,7 +162,7 @@ def _from_numpy(x, name: str, np) -> ArrayInfo | None:
         if strides is None:
             return None
     return ArrayInfo(name, x.__array_interface__["data"][0], shape, strides, dtype, "cpu", None, None,
-                     "array_interface", x)
+                     "array_interface", x, not x.flags.writeable)
 
 
 def _dtype_from_interface(iface: dict, x: Any, name: str) -> str:
@@ -215,7 +216,7 @@ def _from_interface(iface: dict, x: Any, name: str, device: str, kind: str) -> A
     ptr = int(data[0] or 0)
     strides = _strides_in_elements(iface.get("strides"), shape, ITEMSIZE[dtype], name)
     stream = iface.get("stream") if device == "cuda" else None
-    return ArrayInfo(name, ptr, shape, strides, dtype, device, None, stream, kind, x)
+    return ArrayInfo(name, ptr, shape, strides, dtype, device, None, stream, kind, x, bool(data[1]))
 
 
 # ------------------------------------------------------------------ DLPack
@@ -252,6 +253,7 @@ _DL_DEVICES = {1: "cpu", 3: "cpu", 2: "cuda", 13: "cuda"}  # CPU, CUDA host (pin
 _DL_DTYPES = {(0, 8): "int8", (0, 16): "int16", (0, 32): "int32", (0, 64): "int64", (1, 8): "uint8",
               (1, 32): "uint32", (2, 16): "fp16", (2, 32): "fp32", (2, 64): "fp64", (4, 16): "bf16",
               (6, 8): "bool"}
+_DL_FLAG_READ_ONLY = 1 << 0
 _DL_FLAG_IS_COPIED = 1 << 1
 
 _capsule_name = ctypes.pythonapi.PyCapsule_GetName
@@ -282,12 +284,14 @@ def _from_dlpack(x: Any, name: str, stream: int | None) -> ArrayInfo:
         raise TypeError(f"{name}: a DLPack array on device type {int(dev_type)} (rssm takes CPU and CUDA memory)")
     capsule = _export_dlpack(x, device, stream)
     label = _capsule_name(capsule)
+    readonly = False  # the classic capsule has no flags
     if label == b"dltensor_versioned":
         m = _DLManagedTensorVersioned.from_address(_capsule_pointer(capsule, label))
         if m.version.major != 1:
             raise TypeError(f"{name}: DLPack {m.version.major}.{m.version.minor} is not a version rssm reads (1.x)")
         if m.flags & _DL_FLAG_IS_COPIED:
             raise TypeError(f"{name}: its __dlpack__ made a copy; rssm reads and writes arrays in place")
+        readonly = bool(m.flags & _DL_FLAG_READ_ONLY)
         t = m.dl_tensor
     elif label == b"dltensor":
         t = _DLManagedTensor.from_address(_capsule_pointer(capsule, label)).dl_tensor
@@ -301,7 +305,7 @@ def _from_dlpack(x: Any, name: str, stream: int | None) -> ArrayInfo:
     strides = tuple(t.strides[i] for i in range(t.ndim)) if t.strides else _contiguous_strides(shape)
     ptr = (t.data or 0) + t.byte_offset
     return ArrayInfo(name, ptr, shape, strides, dtype, device, int(dev_id) if device == "cuda" else None, None,
-                     "dlpack", (x, capsule))
+                     "dlpack", (x, capsule), readonly)
 
 
 def array_info(x: Any, name: str, stream: int | None = None) -> ArrayInfo:
@@ -339,6 +343,13 @@ def contiguous_tail(a: ArrayInfo, first_dim: int) -> bool:
     return True
 
 
+def _need_int32_range(a: ArrayInfo, lo: int, hi: int) -> None:
+    if lo < -2**31 or hi > 2**31 - 1:
+        bad = lo if lo < -2**31 else hi
+        raise ValueError(f"{a.name} holds {bad}, outside int32, which rssm's per-row arrays are: a narrowing "
+                         "would wrap it to another slot or position")
+
+
 def convert(a: ArrayInfo, dtype: str, why: str) -> ArrayInfo:
     """A copy of the array `a` was read from (a.obj) in `dtype` (the one
     place the package copies): for the gates, which the C API takes in fp32
@@ -346,13 +357,26 @@ def convert(a: ArrayInfo, dtype: str, why: str) -> ArrayInfo:
     Tensor.to on the tensor's own device and stream; NumPy:
     numpy.ascontiguousarray. Other arrays must come in the right dtype."""
     x = a.obj
+    narrowing = dtype == "int32" and a.dtype in ("int64", "uint32")
     if a.kind == "torch":
         import torch
         t = {"fp32": torch.float32, "bf16": torch.bfloat16, "int32": torch.int32}[dtype]
+        if narrowing and not x.is_cuda:
+            _need_int32_range(a, int(x.min()) if x.numel() else 0, int(x.max()) if x.numel() else 0)
+        elif narrowing:
+            # Device memory is not read back (that would wait for the GPU,
+            # and a CUDA graph capture forbids it): a value outside int32
+            # saturates instead of wrapping, so a slot index past the end
+            # stays padding (rssm.h) and never names slot index mod 2**32.
+            x = x.clamp(-2**31, 2**31 - 1)
         y = x.to(t).contiguous()
         return _from_torch(y, a.name)
     if a.kind == "array_interface" and a.device == "cpu" and dtype != "bf16":  # NumPy has no bf16
         import numpy as np
+        if narrowing:
+            arr = np.asarray(x)
+            if arr.size:
+                _need_int32_range(a, int(arr.min()), int(arr.max()))
         y = np.ascontiguousarray(x, dtype={"fp32": np.float32, "int32": np.int32}[dtype])
         return _from_interface(y.__array_interface__, y, a.name, "cpu", "array_interface")
     raise TypeError(f"{a.name}: {why} is {dtype}; this {a.dtype} {a.kind} array cannot be converted by rssm "
@@ -389,7 +413,7 @@ _numpy_fixed = None
 # What can change under one ndarray object but its address: its shape,
 # strides and dtype (each has a setter). Not its class: ndarray is an
 # immutable type, whose instances' __class__ cannot be assigned.
-NUMPY_FACTS = attrgetter("shape", "strides", "dtype")
+NUMPY_FACTS = attrgetter("shape", "strides", "dtype", "flags.writeable")
 ARRAY_INTERFACE = attrgetter("__array_interface__")
 CUDA_ARRAY_INTERFACE = attrgetter("__cuda_array_interface__")
 

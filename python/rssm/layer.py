@@ -290,6 +290,12 @@ def _as(a: ArrayInfo, dtype: str, what: str) -> ArrayInfo:
     return a if a.dtype == dtype else convert(a, dtype, what)
 
 
+def _need_writable(a: ArrayInfo | None) -> None:
+    """An array rssm writes must not be marked read-only by its producer."""
+    if a is not None and a.readonly:
+        raise ValueError(f"{a.name} is read-only (its producer marks it so), but rssm writes it")
+
+
 def _int32(a: ArrayInfo, what: str) -> ArrayInfo:
     if a.dtype == "int32":
         return a
@@ -414,6 +420,8 @@ def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, window_r
              "write_pos", "force", "A_log", "dt_bias", "overflow")
     a = {n: (None if inputs.get(n) is None else array_info(inputs[n], n)) for n in names}
     _check_where(backend_name, memory, a.values())
+    for n in ("out", "state", "ring_d", "ring_k", "ring_g", "overflow"):
+        _need_writable(a[n])
 
     rows = a["q"].shape[0] if a["q"].shape else 0
     if rows > d.max_rows:
@@ -591,6 +599,7 @@ class Layer:
         a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos, force=force),
                                         ("slot_index", "write_pos", "force"), (c,))
         _need_dtype(c, ("int32",))
+        _need_writable(c)
         if len(c.shape) != 1 or c.shape[0] < self.desc.slots or (c.shape[0] > 1 and c.strides[0] != 1):
             raise ValueError(f"{c.describe()}: expected a contiguous int32 array of at least {self.desc.slots} "
                              "(one cursor per slot)")
@@ -615,6 +624,7 @@ class Layer:
                 (("state", state), ("ring_d", ring_d), ("ring_k", ring_k), ("ring_g", ring_g))}
         a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos),
                                         ("slot_index", "write_pos"), pool.values())
+        _need_writable(pool["state"])
         _check_pool(self.desc, pool)
         st = _stream(stream, [*pool.values(), *a.values()], self.backend.memory)
         _keep_converted(converted, st)

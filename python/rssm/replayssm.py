@@ -240,6 +240,9 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     if gate_mode not in _lib.GATE_MODES:
         raise ValueError(f"gate_mode {gate_mode!r}: expected one of {sorted(_lib.GATE_MODES)}")
     raw = gate_mode != "precomputed"
+    for name, x in zip(_NAMES, infos):
+        if x is None and name not in ("A_log", "dt_bias", "force_flush", "overflow"):
+            raise ValueError(f"{name} is needed (got None)")
     (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force,
      overflow) = infos
     pool = _pool(state, ring_d, ring_k, ring_g, gate_kind, ring_len)
@@ -295,7 +298,9 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     for name, arg in _FIELDS:
         x = run.arrays[name]
         fields.append(None if x is None else _prepared.Field(arg, x.ptr - read[arg].ptr, x.itemsize, x.name))
-    converts = tuple(None if r is i else r.dtype for r, i in zip(read, infos))
+    # None where the argument is read as given, or not read at all (A_log
+    # and dt_bias with precomputed gates)
+    converts = tuple(None if r is i or r is None else r.dtype for r, i in zip(read, infos))
     return _prepared.Plan(layer, run.rows, fields, converts, memory)
 
 

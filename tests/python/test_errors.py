@@ -13,6 +13,11 @@ H, HV, K, V, SLOTS, L = 2, 4, 8, 4, 4, 3
 
 def call(**over):
     """A valid GDN call with fp32 everything, with some arguments replaced."""
+    return rssm.fused_recurrent_gated_delta_rule_replayssm(**call_args(**over))
+
+
+def call_args(**over):
+    """The arguments of call()."""
     rng = np.random.default_rng(0)
     B = 2
     args = dict(
@@ -24,7 +29,7 @@ def call(**over):
         g_cache=np.zeros((SLOTS, HV, L), np.float32), out=np.zeros((B, HV, V), np.float32),
         ssm_state_indices=np.array([0, 1], np.int32), write_pos=np.array([0, 0], np.int32))
     args.update(over)
-    return rssm.fused_recurrent_gated_delta_rule_replayssm(**args)
+    return args
 
 
 def test_valid_call_runs():
@@ -119,3 +124,60 @@ def test_limit_sms_on_a_backend_without_multiprocessors():
                 b.limit_sms(bad)
     finally:
         b.close()
+
+
+@pytest.mark.parametrize("name", ["ssm_state_indices", "write_pos"])
+def test_per_row_values_outside_int32_are_refused(name):
+    """int64 per-row arrays are narrowed to int32 only when every value fits:
+    2**32 + 1 would wrap to slot (or position) 1, where an index past the
+    slots is padding."""
+    bad = np.array([0, 2**32 + 1], np.int64)
+    with pytest.raises(ValueError, match=rf"{name} holds 4294967297, outside int32"):
+        call(**{name: bad})
+    call(**{name: np.array([0, 1], np.int64)})  # values that fit convert as before
+
+
+@pytest.mark.parametrize("name", ["out", "initial_state", "d_cache", "k_cache", "g_cache"])
+def test_read_only_arrays_are_not_written(name):
+    """An array rssm writes that its producer marks read-only is refused
+    before anything runs, also by a call prepared while it was writable."""
+    args = call_args()
+    x = args[name]
+    rssm.fused_recurrent_gated_delta_rule_replayssm(**args)  # writable: runs, and is prepared for these objects
+    before = x.copy()
+    x.flags.writeable = False
+    with pytest.raises(ValueError, match=rf"{name} is read-only"):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(**args)
+    np.testing.assert_array_equal(x, before)
+    ro = np.frombuffer(before.tobytes(), before.dtype).reshape(before.shape)  # read-only by construction
+    with pytest.raises(ValueError, match=rf"{name} is read-only"):
+        call(**{name: ro})
+
+
+def test_read_only_cursor_is_not_advanced():
+    call()  # a layer with ring_len 3 over 4 slots ran
+    cursor = np.zeros(SLOTS, np.int32)
+    cursor.flags.writeable = False
+    with pytest.raises(ValueError, match="cursor is read-only"):
+        rssm.advance(cursor, np.array([0, 1], np.int32), np.array([0, 0], np.int32), ring_len=L)
+
+
+def test_precomputed_gates_ignore_gate_weights():
+    """With precomputed gates A_log and dt_bias are not read: passing them
+    changes nothing (it raised AttributeError)."""
+    rng = np.random.default_rng(2)
+    g = rng.uniform(-1.0, -0.1, (2, HV)).astype(np.float32)
+    beta = rng.uniform(0.1, 0.9, (2, HV)).astype(np.float32)
+    outs = []
+    for weights in ({}, dict(A_log=np.ones(HV, np.float32), dt_bias=np.ones(HV, np.float32))):
+        out = np.zeros((2, HV, V), np.float32)
+        kwargs = dict(a=g, b=beta, out=out, gate_mode="precomputed")
+        kwargs.update(weights if weights else dict(A_log=None, dt_bias=None))
+        call(**kwargs)
+        outs.append(out)
+    np.testing.assert_array_equal(outs[0], outs[1])
+
+
+def test_missing_state_is_named():
+    with pytest.raises(ValueError, match="initial_state is needed"):
+        call(initial_state=None)
