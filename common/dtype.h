@@ -80,24 +80,31 @@ static inline uint16_t rssm_f32_to_f16(float f)
 
 static inline size_t rssm_dtype_size(rssm_dtype t) { return t == RSSM_DTYPE_F32 ? 4 : 2; }
 
-/* Element i of an array of dtype t, as fp32. */
+/* Element i of an array of dtype t, as fp32. Through memcpy, so `base`
+ * may have any alignment (slot bytes being imported can sit at any offset
+ * of a caller's buffer); compilers turn it into a plain load. */
 static inline float rssm_load(const void *base, rssm_dtype t, size_t i)
 {
-    switch (t) {
-    case RSSM_DTYPE_F16: return rssm_f16_to_f32(((const uint16_t *)base)[i]);
-    case RSSM_DTYPE_BF16: return rssm_bf16_to_f32(((const uint16_t *)base)[i]);
-    default: return ((const float *)base)[i];
+    if (t == RSSM_DTYPE_F16 || t == RSSM_DTYPE_BF16) {
+        uint16_t h;
+        memcpy(&h, (const unsigned char *)base + 2 * i, sizeof h);
+        return t == RSSM_DTYPE_F16 ? rssm_f16_to_f32(h) : rssm_bf16_to_f32(h);
     }
+    float f;
+    memcpy(&f, (const unsigned char *)base + 4 * i, sizeof f);
+    return f;
 }
 
-/* Stores fp32 v as element i of an array of dtype t, rounding to nearest even. */
+/* Stores fp32 v as element i of an array of dtype t, rounding to nearest
+ * even; any alignment, as rssm_load. */
 static inline void rssm_store(void *base, rssm_dtype t, size_t i, float v)
 {
-    switch (t) {
-    case RSSM_DTYPE_F16: ((uint16_t *)base)[i] = rssm_f32_to_f16(v); break;
-    case RSSM_DTYPE_BF16: ((uint16_t *)base)[i] = rssm_f32_to_bf16(v); break;
-    default: ((float *)base)[i] = v; break;
+    if (t == RSSM_DTYPE_F16 || t == RSSM_DTYPE_BF16) {
+        const uint16_t h = t == RSSM_DTYPE_F16 ? rssm_f32_to_f16(v) : rssm_f32_to_bf16(v);
+        memcpy((unsigned char *)base + 2 * i, &h, sizeof h);
+        return;
     }
+    memcpy((unsigned char *)base + 4 * i, &v, sizeof v);
 }
 
 /* The value fp32 v takes after a round trip through dtype t. */

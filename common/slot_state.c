@@ -152,13 +152,15 @@ int rssm_slot_validate(const rssm_model *m, const rssm_slot_layout *lay, const u
         }
         for (uint32_t hv = 0; hv < HV; hv++)
             for (uint32_t j = 0; j < write_pos; j++) {
-                const float *g = (const float *)(block + lay->ring_g_offset) + ((size_t)hv * cap + j) * gw;
-                for (size_t c = 0; c < gw; c++)
-                    if (!(g[c] <= 0.0f) || isinf(g[c])) { /* NaN fails the first test */
+                const uint8_t *g = block + lay->ring_g_offset + ((size_t)hv * cap + j) * gw * sizeof(float);
+                for (size_t c = 0; c < gw; c++) {
+                    const float gc = rssm_load(g, RSSM_DTYPE_F32, c); /* the bytes may be unaligned */
+                    if (!(gc <= 0.0f) || isinf(gc)) { /* NaN fails the first test */
                         snprintf(why, why_size, "layer %u head %u ring entry %u: log-decay %g is not finite and <= 0",
-                                 l, hv, j, (double)g[c]);
+                                 l, hv, j, (double)gc);
                         return 0;
                     }
+                }
                 const size_t d0 = ((size_t)hv * cap + j) * V;
                 if (first_nonfinite(block + lay->ring_d_offset + d0 * rssm_dtype_size(m->ring_dtype), m->ring_dtype,
                                     V) < V) {
