@@ -33,8 +33,8 @@
  *    A head split over several CTAs computes its coefficients in each.
  *    This replaced a coefficient prologue kernel launched before a stream
  *    kernel (a programmatic dependent of it, its records through L2): on
- *    the H200 at batch 1 the one launch took 4.1-4.3 us for an empty-ring
- *    step where the pair took 4.6-5.3, 8.3-9.7 for a flush against
+ *    the H200 at batch 1 the one launch took 4.1-4.7 us for an empty-ring
+ *    step where the pair took 4.6-5.5, 8.3-9.7 for a flush against
  *    10.5-11.2 (bench/results/h200_cuda/notes.md).
  */
 #include "rssm_cuda.h"
