@@ -305,6 +305,43 @@ __device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMe
     sch.publish_to(0xfffffffeu);
 }
 
+/* Sums R per-row values over the warp's 32 lanes and returns, in each
+ * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
+ * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
+ * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
+ * the stage's sums cost. */
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
+
+/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
+ * distance O; a template per level so that every index is a constant
+ * (a loop over the levels was left rolled at R = 32: local memory). */
+template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
+{
+    if constexpr (W > 1) {
+        const bool upper = (lane & (uint32_t)O) != 0u;
+#pragma unroll
+        for (int k = 0; k < W / 2; ++k) {
+            /* both halves read first, then chosen: a select between two
+             * array elements would index the array at run time (local memory) */
+            const float lo = v[k], hi = v[k + W / 2];
+            const float send = upper ? lo : hi;
+            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        rows_exchange<W / 2, O / 2, R>(v, lane);
+    }
+}
+
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
+{
+    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
+    rows_exchange<R, 16, R>(v, lane);
+    float x = v[0];
+#pragma unroll
+    for (int o = 16 / R; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 /* One (batch row, value head): the coefficients into `co`, and the unit's
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
  * 4 lane .. 4 lane + 3. OVERLAP: the inputs' loads issued together

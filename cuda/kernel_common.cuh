@@ -356,154 +356,76 @@ __device__ __forceinline__ float warp_sum(float x)
     return x;
 }
 
-/* Sums R per-row values over the warp's 32 lanes and returns, in each
- * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
- * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
- * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
- * the stage's sums cost. */
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
-
-/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
- * distance O; a template per level so that every index is a constant
- * (a loop over the levels was left rolled at R = 32: local memory). */
-template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
-{
-    if constexpr (W > 1) {
-        const bool upper = (lane & (uint32_t)O) != 0u;
-#pragma unroll
-        for (int k = 0; k < W / 2; ++k) {
-            /* both halves read first, then chosen: a select between two
-             * array elements would index the array at run time (local memory) */
-            const float lo = v[k], hi = v[k + W / 2];
-            const float send = upper ? lo : hi;
-            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
-        }
-        rows_exchange<W / 2, O / 2, R>(v, lane);
-    }
-}
-
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
-{
-    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
-    rows_exchange<R, 16, R>(v, lane);
-    float x = v[0];
-#pragma unroll
-    for (int o = 16 / R; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
 /* The per-channel inputs of (step-array row io, value head hv) (Args: any
- * struct with p and b.io) for the NC channels c = first + stride * i this
- * thread owns: q (normalised and scaled), k (normalised), the gate g and
- * alpha = exp(g); returns k.q and beta. Sums are over the warp (W = 1) or
- * the CTA of W warps, through red[3 * W] (shared; every thread of the CTA
- * must call then). */
+ * struct with p and b.io) for the NC channels
+ * c = first + stride * i this thread owns: q (normalised and scaled), k
+ * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
+ * are over the warp (W = 1) or the CTA of W warps, through red[3 * W]
+ * (shared; every thread of the CTA must call then). */
 struct RowIn {
     float kq, beta;
 };
 
-/* Where one (row, value head)'s inputs are, for the NC channels
- * c = first + stride * i. */
-template <int NC> struct ChannelAt {
-    const void *q, *k, *gate, *beta;
-    const float *dt_bias, *A_log;
-    uint32_t K, Kg, hv, first, stride;
-    bool io_bf16, gate_bf16, kda, raw;
-
-    template <typename Args>
-    __device__ __forceinline__ ChannelAt(const Args &a, uint32_t io, uint32_t hv_, uint32_t first_, uint32_t stride_)
-    {
-        const rssm_kernel_params &p = a.p;
-        const rssm_layer_io &L = a.b.io;
-        K = p.head_k;
-        hv = hv_;
-        first = first_;
-        stride = stride_;
-        io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-        gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
-        kda = p.gate_kind == RSSM_CODE_GATE_KDA;
-        raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-        Kg = kda ? K : 1u;
-        const uint32_t h = hv / (p.num_v_heads / p.num_qk_heads);
-        q = L.q + io * L.q_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
-        k = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
-        gate = L.gate + io * L.gate_row;
-        beta = L.beta + io * L.beta_row;
-        dt_bias = L.dt_bias + (size_t)hv * Kg;
-        A_log = L.A_log + hv;
-    }
-    __device__ __forceinline__ uint32_t c(int i) const { return first + stride * (uint32_t)i; }
-};
-
-/* The inputs' global loads, issued together and not waited for
- * (load_io_bits): one round trip for all of them, where q, k, the gate and
- * beta each waited for the one before and A_log and dt_bias were a further
- * one after the sums (bench/results/h200_layer/notes.md). A kernel issues
- * them, then whatever else it loads, and finishes them with
- * channel_inputs_from. */
-template <int NC> struct ChannelLoads {
-    uint32_t q[NC], k[NC], g[NC], b;
-    float dt_[NC], A_log_;
-
-    __device__ __forceinline__ explicit ChannelLoads(const ChannelAt<NC> &at)
-    {
-#pragma unroll
-        for (int i = 0; i < NC; ++i) {
-            const uint32_t c = at.c(i);
-            q[i] = load_io_bits(at.q, c, at.io_bf16, c < at.K);
-            k[i] = load_io_bits(at.k, c, at.io_bf16, c < at.K);
-            g[i] = load_io_bits(at.gate, (size_t)at.hv * at.Kg + (at.kda ? c : 0u), at.gate_bf16, c < at.K);
-            dt_[i] = at.raw && c < at.K ? __ldg(at.dt_bias + (at.kda ? c : 0u)) : 0.0f;
-        }
-        b = load_io_bits(at.beta, at.hv, at.gate_bf16, true);
-        A_log_ = at.raw ? __ldg(at.A_log) : 0.0f;
-    }
-    __device__ __forceinline__ float beta(const ChannelAt<NC> &at) const { return io_value(b, at.gate_bf16); }
-    __device__ __forceinline__ void qkg(const ChannelAt<NC> &at, int i, float &qi, float &ki, float &gi) const
-    {
-        qi = io_value(q[i], at.io_bf16);
-        ki = io_value(k[i], at.io_bf16);
-        gi = io_value(g[i], at.gate_bf16);
-    }
-    __device__ __forceinline__ float A_log(const ChannelAt<NC> &) const { return A_log_; }
-    __device__ __forceinline__ float dt(const ChannelAt<NC> &, int i) const { return dt_[i]; }
-};
-
-/* Each input loaded where it is used (load_io), for a caller whose
- * registers are better spent otherwise (the bulk kernel's GDN coefficients:
- * see its call). */
-template <int NC> struct ChannelLazy {
-    __device__ __forceinline__ float beta(const ChannelAt<NC> &at) const { return load_io(at.beta, at.hv, at.gate_bf16); }
-    __device__ __forceinline__ void qkg(const ChannelAt<NC> &at, int i, float &qi, float &ki, float &gi) const
-    {
-        const uint32_t c = at.c(i);
-        qi = c < at.K ? load_io(at.q, c, at.io_bf16) : 0.0f;
-        ki = c < at.K ? load_io(at.k, c, at.io_bf16) : 0.0f;
-        gi = c < at.K ? load_io(at.gate, (size_t)at.hv * at.Kg + (at.kda ? c : 0u), at.gate_bf16) : 0.0f;
-    }
-    __device__ __forceinline__ float A_log(const ChannelAt<NC> &at) const { return __ldg(at.A_log); }
-    __device__ __forceinline__ float dt(const ChannelAt<NC> &at, int i) const
-    {
-        return __ldg(at.dt_bias + (at.kda ? at.c(i) : 0u));
-    }
-};
-
-/* channel_inputs from a source of its values (ChannelLoads or ChannelLazy). */
-template <int NC, int W, typename Src, typename Args>
-__device__ __forceinline__ RowIn channel_inputs_from(const Args &a, const ChannelAt<NC> &at, const Src &src, float *q,
-                                                     float *k, float *g, float *alpha, float *red)
+template <int NC, int W, bool OVERLAP = true, typename Args>
+__device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint32_t hv, uint32_t first,
+                                                uint32_t stride, float *q, float *k, float *g, float *alpha,
+                                                float *red)
 {
     const rssm_kernel_params &p = a.p;
-    const float b_in = src.beta(at);
+    const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
+    const uint32_t h = hv / (HV / H);
+    const rssm_layer_io &L = a.b.io;
+    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const uint32_t Kg = kda ? K : 1u;
+    const void *qrow = L.q + io * L.q_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
+    const void *krow = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
+    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
+    const void *gate = L.gate + io * L.gate_row;
+    const float *dt_bias = L.dt_bias + (size_t)hv * Kg;
+    /* OVERLAP: every global load of the step's inputs first, the gate
+     * weights of a raw gate mode too, so that their latencies overlap: one
+     * round trip before the sums, where q, k, gate and beta each waited for
+     * the one before (load_io_bits) and A_log and dt_bias were a further
+     * one after the sums. Without it each value is loaded where it is first
+     * used (the bulk kernel's GDN coefficients: see its call). */
+    uint32_t qr[NC], kr[NC], gr[NC], br = 0u;
+    float dt[NC], A_log = 0.0f;
+    if constexpr (OVERLAP) {
+#pragma unroll
+        for (int i = 0; i < NC; ++i) {
+            const uint32_t c = first + stride * i;
+            qr[i] = load_io_bits(qrow, c, io_bf16, c < K);
+            kr[i] = load_io_bits(krow, c, io_bf16, c < K);
+            gr[i] = load_io_bits(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16, c < K);
+            dt[i] = raw && c < K ? __ldg(dt_bias + (kda ? c : 0u)) : 0.0f;
+        }
+        br = load_io_bits(L.beta + io * L.beta_row, hv, gate_bf16, true);
+        A_log = raw ? __ldg(L.A_log + hv) : 0.0f;
+    }
+    float b_in = 0.0f;
+    if constexpr (!OVERLAP)
+        b_in = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
     float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-        src.qkg(at, i, q[i], k[i], g[i]);
+        if constexpr (OVERLAP) {
+            q[i] = io_value(qr[i], io_bf16);
+            k[i] = io_value(kr[i], io_bf16);
+            g[i] = io_value(gr[i], gate_bf16);
+        } else {
+            const uint32_t c = first + stride * i;
+            q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
+            k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
+            g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16) : 0.0f;
+        }
         sq += q[i] * q[i];
         sk += k[i] * k[i];
         sqk += q[i] * k[i];
     }
+    if constexpr (OVERLAP)
+        b_in = io_value(br, gate_bf16);
     sq = warp_sum(sq);
     sk = warp_sum(sk);
     sqk = warp_sum(sqk);
@@ -525,32 +447,22 @@ __device__ __forceinline__ RowIn channel_inputs_from(const Args &a, const Channe
     }
     const QKNorm nrm = qk_norm(p, sq, sk);
     const float qn = nrm.qn, kn = nrm.kn;
-    const float A = at.raw ? expf(src.A_log(at)) : 0.0f;
+    const float A = raw ? expf(OVERLAP ? A_log : __ldg(L.A_log + hv)) : 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
-        if (at.raw && at.c(i) < at.K)
-            g[i] = raw_gate(p, g[i], src.dt(at, i), A);
+        const uint32_t c = first + stride * i;
+        if (raw && c < K) {
+            const float dti = OVERLAP ? dt[i] : __ldg(dt_bias + (kda ? c : 0u));
+            g[i] = raw_gate(p, g[i], dti, A);
+        }
         alpha[i] = expf(g[i]);
         q[i] *= qn;
         k[i] *= kn;
     }
     RowIn o;
     o.kq = sqk * (qn * kn);
-    o.beta = at.raw ? sigmoid(b_in) : b_in;
+    o.beta = raw ? sigmoid(b_in) : b_in;
     return o;
-}
-
-/* OVERLAP: every load first (ChannelLoads); else each where it is used. */
-template <int NC, int W, bool OVERLAP = true, typename Args>
-__device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint32_t hv, uint32_t first,
-                                                uint32_t stride, float *q, float *k, float *g, float *alpha,
-                                                float *red)
-{
-    const ChannelAt<NC> at(a, io, hv, first, stride);
-    if constexpr (OVERLAP)
-        return channel_inputs_from<NC, W>(a, at, ChannelLoads<NC>(at), q, k, g, alpha, red);
-    else
-        return channel_inputs_from<NC, W>(a, at, ChannelLazy<NC>(), q, k, g, alpha, red);
 }
 
 } /* namespace rssm_kc */
