@@ -110,6 +110,33 @@ __device__ __forceinline__ void mma16816(float &d0, float &d1, float &d2, float 
                      : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
+/* x as TF32 (round to nearest, ties away: cvt.rna), in the fp32 bit
+ * pattern the tensor cores read (the low 13 bits zero). */
+__device__ __forceinline__ uint32_t to_tf32(float x)
+{
+    uint32_t r;
+    asm("cvt.rna.tf32.f32 %0, %1;\n" : "=r"(r) : "f"(x));
+    return r & 0xffffe000u;
+}
+
+/* x = hi + lo in TF32 to about 22 of fp32's 24 bits: a product of two split
+ * operands summed as hi hi + hi lo + lo hi ("3xTF32") keeps fp32's accuracy
+ * where one TF32 product keeps 11 bits (docs/design.md §9). */
+__device__ __forceinline__ void split_tf32(float x, uint32_t &hi, uint32_t &lo)
+{
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
+}
+
+/* D += A B on the tensor cores, m16n8k8, TF32 operands, fp32 accumulators. */
+__device__ __forceinline__ void mma1688_tf32(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1)
+{
+    asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 /* ------------------------------------------------------------ cp.async */
 
 /* Asynchronous copies global -> shared (sm_80+), for the kernels that stage

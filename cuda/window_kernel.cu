@@ -23,26 +23,32 @@
  *  - the readout kernel, kWarps warps of one (row, value head) per CTA,
  *    lanes holding a tile as the stream kernels do: each warp loads its 16
  *    rows of the checkpoint into registers before it waits for the records,
- *    then runs the tokens in order: the tile's dot products with the token's two weight vectors, the
+ *    then forms the checkpoint part of every token's two sums at once, as
+ *    one product of the tile with the window's 2T weight columns on the
+ *    tensor cores (warp_tile.cuh's products(): the tile's registers are the
+ *    A fragments; fp32 operands split into two TF32 parts, "3xTF32", so the
+ *    products keep fp32's accuracy), and runs the tokens in order for the
  *    ring part over the committed entries and the window's earlier ones
  *    (their d kept in shared memory as the ring holds them), d, o and the
  *    append of d. The tile is never written back: a window has no flush.
  *
- * On the H200 this does read the state once per window (a window of 4
- * tokens costs 0.81-0.90x its 4 steps, one of 8 0.71-0.78x) but is far from
- * the state stream alone: the coefficient kernel is bound by its
- * instructions and the readout streams at about half the copy bandwidth,
- * its FFMA work exposed behind each warp's loads
- * (bench/results/h200_verify/notes.md, with the designs tried before this
- * one: a prologue looping over tokens, one fused kernel). The backend runs
- * windows of fewer than 4 tokens as steps, which are faster there.
+ * On the H200 a window reads the state once (a window of 4 tokens costs
+ * about 0.7-0.9x its 4 steps at batch 256, one of 8 0.5-0.6x) but is far
+ * from the state stream alone (bench/results/h200_verify/notes.md, with the
+ * designs tried): the coefficient kernel is bound by its instructions (a
+ * decay walk per channel and token, one reduce-scatter per warp and
+ * token), and the readout by latency: four CTAs per SM, each loading its
+ * tiles, then waiting for its records, then computing, with too few warps
+ * eligible in between. What would close the gap is the bulk kernel's shape
+ * (a persistent producer keeping the next units' tiles in flight while
+ * coefficient warps and consumers work on the current one).
  *
  * The decay walk multiplies the entries' exp(g_j), taken once per window,
  * where a step takes exp of each partial sum: the products differ from the
  * step's exps by a few ulp, inside the fp32 tolerance of §6, so a window on
  * this kernel is its tokens' steps to within that tolerance, not bit for bit
  * (a window of one token runs as a step: the backend hands it back to
- * common code).
+ * common code); so are the tensor cores' sums, which add in another order.
  *
  * A ring entry that its 16-bit dtype cannot hold is reported per row as the
  * first token that made one (atomicMin over the row's word): common code
@@ -135,12 +141,13 @@ __device__ __forceinline__ float raw_elem(const uint32_t *row, uint32_t c, bool 
     return bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(row)[c]) : __uint_as_float(row[c]);
 }
 
-/* Sums v[i] over the warp's lanes for all 32 i at once and leaves sum i in
- * lane i: 31 shuffles where 32 warp sums take 160. Stage W keeps the half
- * of v[0, 2W) that the lane's bit W selects and adds the partner's other
- * half; the stages are templates so that every index is a constant and v
- * stays in registers. */
-template <int W> __device__ __forceinline__ void scatter_stage(float (&v)[32], uint32_t lane)
+/* Sums v[i] over the warp's lanes for all N = 2 JW i at once and leaves sum
+ * i in lane i (and in the lanes i + N, i + 2N, ...): N - 1 shuffles and one
+ * per doubling of N up to 32, where N warp sums take 5 N. Stage W keeps the
+ * half of v[0, 2W) that the lane's bit W selects and adds the partner's
+ * other half; the stages are templates so that every index is a constant
+ * and v stays in registers. */
+template <int W, int N> __device__ __forceinline__ void scatter_stage(float (&v)[N], uint32_t lane)
 {
     const bool up = (lane & (uint32_t)W) != 0u;
 #pragma unroll
@@ -153,10 +160,37 @@ template <int W> __device__ __forceinline__ void scatter_stage(float (&v)[32], u
         scatter_stage<W / 2>(v, lane);
 }
 
-__device__ __forceinline__ float reduce_scatter32(float (&v)[32], uint32_t lane)
+template <int JW> __device__ __forceinline__ float reduce_scatter(float (&v)[2 * JW], uint32_t lane)
 {
-    scatter_stage<16>(v, lane);
-    return v[0];
+    scatter_stage<JW>(v, lane);
+    float x = v[0];
+#pragma unroll
+    for (int o = 2 * JW; o < 32; o <<= 1)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
+/* Token coefficients for a thread's channel c over the token's m <= JW
+ * entries, newest first: kg_j = k_j gamma_j alpha, what is left in `ag`
+ * being alpha Gamma; returns, in lane i < 2 JW, the warp's sum of kg_j q
+ * (i = j) or kg_j k (i = JW + j). A token with a short ring walks and
+ * reduces only as many entries as it has (JW = 4, 8 or kJ). */
+template <int JW>
+__device__ __forceinline__ float token_coefs(const CSmem &S, uint32_t c, bool in, uint32_t m, float q, float k,
+                                             float &ag, uint32_t lane)
+{
+    float v[2 * JW];
+#pragma unroll
+    for (int j = JW - 1; j >= 0; --j) {
+        float kg = 0.0f;
+        if (in && (uint32_t)j < m) {
+            kg = S.ke[j][c] * ag;
+            ag *= S.ae[j][c];
+        }
+        v[j] = kg * q;
+        v[JW + j] = kg * k;
+    }
+    return reduce_scatter<JW>(v, lane);
 }
 
 /* ------------------------------------------------ the coefficient kernel */
@@ -281,37 +315,32 @@ template <int RT> __global__ void __launch_bounds__(kCoefThreads) window_coef(co
 
     /* B. Per token: kg_j = k_j gamma_j alpha, newest entry first, what is
      * left being alpha Gamma (the weights); the products of kg_j with q and
-     * k, summed over K by one reduce-scatter per warp and the group's warps
-     * after it. */
+     * k, summed over K by one reduce-scatter per warp (token_coefs) and the
+     * group's warps after it. */
     for (uint32_t t = grp; t < T; t += kCoefGroups) {
         const uint32_t m = n + t;
         const bool in = c < K;
         const float q = in ? raw_elem(S.rq[t], c, io_bf16) * S.nrm[t][0] : 0.0f;
         const float k = in ? raw_elem(S.rk[t], c, io_bf16) * S.nrm[t][1] : 0.0f;
         float ag = in ? S.ae[m][c] : 0.0f;
-        float v[2 * kJ];
-#pragma unroll
-        for (int j = kJ - 1; j >= 0; --j) {
-            float kg = 0.0f;
-            if (in && (uint32_t)j < m) {
-                kg = S.ke[j][c] * ag;
-                ag *= S.ae[j][c];
-            }
-            v[j] = kg * q;
-            v[kJ + j] = kg * k;
-        }
+        const uint32_t jw = m <= 4u ? 4u : m <= 8u ? 8u : (uint32_t)kJ; /* the same for the group's warps */
+        const float part = jw == 4u   ? token_coefs<4>(S, c, in, m, q, k, ag, lane)
+                           : jw == 8u ? token_coefs<8>(S, c, in, m, q, k, ag, lane)
+                                      : token_coefs<kJ>(S, c, in, m, q, k, ag, lane);
         float *rt = rec + (size_t)t * kRStride;
         rt[kRQW + c] = ag * q;
         rt[kRKW + c] = ag * k;
-        S.part[t][wg][lane] = reduce_scatter32(v, lane);
+        if (lane < 2u * jw)
+            S.part[t][wg][lane < jw ? lane : kJ + lane - jw] = part;
     }
     __syncthreads();
     for (uint32_t e = tid; e < T * 2u * kJ; e += kCoefThreads) {
         const uint32_t t = e / (2u * kJ), i = e % (2u * kJ);
         float s = 0.0f;
+        if (i % kJ < n + t) /* the others were not walked: zeros, never read */
 #pragma unroll
-        for (int w = 0; w < kGW; ++w)
-            s += S.part[t][w][i];
+            for (int w = 0; w < kGW; ++w)
+                s += S.part[t][w][i];
         rec[(size_t)t * kRStride + kRCoef + i] = s;
     }
 }
@@ -319,14 +348,22 @@ template <int RT> __global__ void __launch_bounds__(kCoefThreads) window_coef(co
 /* ---------------------------------------------------- the readout kernel */
 
 /* kWarps warps of one (row, value head) per CTA, 8 * kRPL value rows per
- * warp; the tile loads go out before the records are waited for. */
+ * warp; the tile loads go out before the records are waited for. The
+ * checkpoint part of every token's two sums is one product of the tile with
+ * the window's 2T weight columns on the tensor cores, before the token
+ * loop; the loop is left the ring part, which needs the d of the tokens
+ * before it. */
 template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps, 4) window_readout(const WArgs a)
 {
     using SRaw = typename Raw<ST>::T;
     using RRaw = typename Raw<RT>::T;
-    constexpr int JL = kJ / 4; /* committed entries per lane and row, at most */
-    constexpr int TL = kT / 4; /* tokens whose v a lane loads, per row */
-    __shared__ __align__(16) float rs[kT][kRStride];
+    using Tile = WarpTile<ST, CPT, kRPL>;
+    constexpr int JL = kJ / 4;  /* committed entries per lane and row, at most */
+    constexpr int TL = kT / 4;  /* tokens whose v a lane loads, per row */
+    constexpr int NT = kT / 4;  /* n-tiles: tokens 4u..4u+3, each a q and a k column */
+    constexpr int kRC = 2 * kJ; /* a token's ring coefficients, then beta and k.q */
+    __shared__ __align__(16) float4 ws[8 * NT * Tile::kBStride]; /* the weight columns, split */
+    __shared__ __align__(16) float rc[kT][kRC + 4];
     __shared__ float dsm[kWarps][kJ][8 * kRPL]; /* every entry's d, as the ring holds it */
     __shared__ float vsm[kWarps][kT][8 * kRPL];
 
@@ -337,7 +374,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     const uint32_t unit = blockIdx.x / a.ctas, part = blockIdx.x % a.ctas;
     const uint32_t r = unit / HV, hv = unit % HV;
     const RowWindow win = row_window(a, r);
-    const uint32_t n = win.n, T = win.T;
+    const uint32_t n = win.n, T = win.T, ntiles = (T + 3u) / 4u;
     const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     const uint32_t v_base = (part * kWarps + warp) * 8u * kRPL + g;
     const size_t v_at = (size_t)hv * V;
@@ -353,7 +390,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     /* 1. Every load that needs no record: the tile, the committed d, the
      * tokens' v. */
     const SRaw *C = reinterpret_cast<const SRaw *>(at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, win.slot, hv));
-    WarpTile<ST, CPT, kRPL> tile;
+    Tile tile;
     tile.load(C, v_base, t4, K, V, T > 0);
     RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, win.slot, hv));
     RRaw dj[kRPL][JL];
@@ -373,12 +410,27 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
         }
     }
 
-    /* 2. The unit's records, once the coefficient kernel has written them. */
+    /* 2. The unit's records, once the coefficient kernel has written them:
+     * the weights split into TF32 parts as the product takes them (columns
+     * past 2T and channels past K zero), the rest as they are. */
     pdl_wait();
-    const float4 *src = reinterpret_cast<const float4 *>(a.b.scratch + (size_t)unit * a.t_max * kRStride);
-    float4 *dst = reinterpret_cast<float4 *>(&rs[0][0]);
-    for (uint32_t e = threadIdx.x; e < T * (kRStride / 4); e += 32u * kWarps)
-        dst[e] = src[e];
+    const float *rec = a.b.scratch + (size_t)unit * a.t_max * kRStride;
+    constexpr uint32_t kPairs = kMaxK / 2;
+    for (uint32_t e = threadIdx.x; e < 8u * ntiles * kPairs; e += 32u * kWarps) {
+        const uint32_t col = e / kPairs, pr = e % kPairs, t = col >> 1;
+        float2 w = make_float2(0.0f, 0.0f);
+        if (t < T && 2u * pr < K)
+            w = *reinterpret_cast<const float2 *>(rec + (size_t)t * kRStride + ((col & 1u) ? kRKW : kRQW) + 2u * pr);
+        uint32_t h0, l0, h1, l1;
+        split_tf32(w.x, h0, l0);
+        split_tf32(w.y, h1, l1);
+        ws[col * Tile::kBStride + Tile::b_pair(pr)] =
+            make_float4(__uint_as_float(h0), __uint_as_float(h1), __uint_as_float(l0), __uint_as_float(l1));
+    }
+    for (uint32_t e = threadIdx.x; e < T * (kRC + 4); e += 32u * kWarps) {
+        const uint32_t t = e / (kRC + 4), i = e % (kRC + 4);
+        rc[t][i] = rec[(size_t)t * kRStride + kRCoef + i];
+    }
 #pragma unroll
     for (int i = 0; i < kRPL; ++i) {
 #pragma unroll
@@ -396,39 +448,57 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     }
     __syncthreads();
 
-    /* 3. The tokens in order; a row's sums over its 4 lanes. */
-    for (uint32_t t = 0; t < T; ++t) {
-        const float *w = rs[t];
-        const uint32_t m = n + t;
-        float pq[kRPL], pk[kRPL];
+    /* 3. Every token's checkpoint sums at once: lane (g, t4) of n-tile u
+     * holds token 4u + t4's (q, k) sums of rows g and g + 8. */
+    float acc[NT][4] = {};
+    tile.template products<NT>(ws, ntiles, g, t4, K, acc);
+
+    /* 4. The tokens in order: the ring part over the lane's share of the
+     * committed entries and the window's earlier ones, summed over the
+     * row's 4 lanes, then the checkpoint sums from the lane that holds them. */
 #pragma unroll
-        for (int i = 0; i < kRPL; ++i)
-            pq[i] = pk[i] = 0.0f;
-        tile.dots(w + kRQW, w + kRKW, t4, K, pq, pk);
-        for (uint32_t j = t4; j < m; j += 4u) {
-            const float cq = w[kRCoef + j], ck = w[kRCoef + kJ + j];
+    for (int u = 0; u < NT; ++u) {
+        for (uint32_t tt = 0; tt < 4u; ++tt) {
+            const uint32_t t = 4u * u + tt;
+            if (t >= T)
+                break;
+            const float *w = rc[t];
+            const uint32_t m = n + t;
+            float pq[kRPL], pk[kRPL];
+#pragma unroll
+            for (int i = 0; i < kRPL; ++i)
+                pq[i] = pk[i] = 0.0f;
+            for (uint32_t j = t4; j < m; j += 4u) {
+                const float cq = w[j], ck = w[kJ + j];
+#pragma unroll
+                for (int i = 0; i < kRPL; ++i) {
+                    const float dv = dsm[warp][j][g + 8 * i];
+                    pq[i] += dv * cq;
+                    pk[i] += dv * ck;
+                }
+            }
+            Tile::row_sums(pq, pk);
+            const uint32_t src = (lane & ~3u) | tt;
 #pragma unroll
             for (int i = 0; i < kRPL; ++i) {
-                const float dv = dsm[warp][j][g + 8 * i];
-                pq[i] += dv * cq;
-                pk[i] += dv * ck;
+                pq[i] += __shfl_sync(0xffffffffu, acc[u][2 * i], src);
+                pk[i] += __shfl_sync(0xffffffffu, acc[u][2 * i + 1], src);
             }
-        }
-        tile.row_sums(pq, pk);
-        const float beta = w[kRMisc], kq = w[kRMisc + 1];
-        void *out_row = L.out + (size_t)(t * a.rows + r) * L.out_row;
+            const float beta = w[kRC], kq = w[kRC + 1];
+            void *out_row = L.out + (size_t)(t * a.rows + r) * L.out_row;
 #pragma unroll
-        for (int i = 0; i < kRPL; ++i) {
-            const uint32_t v = v_base + 8u * i;
-            const float d = beta * (vsm[warp][t][g + 8 * i] - pk[i]);
-            if (t4 == (uint32_t)(i & 3) && v < V) {
-                store_io(out_row, v_at + v, io_bf16, pq[i] + d * kq);
-                const RRaw dr = window_entry<RT>(d, L.overflow, r, t);
-                ring_d[(size_t)m * V + v] = dr;
-                dsm[warp][m][g + 8 * i] = to_f<RT>(dr);
+            for (int i = 0; i < kRPL; ++i) {
+                const uint32_t v = v_base + 8u * i;
+                const float d = beta * (vsm[warp][t][g + 8 * i] - pk[i]);
+                if (t4 == (uint32_t)(i & 3) && v < V) {
+                    store_io(out_row, v_at + v, io_bf16, pq[i] + d * kq);
+                    const RRaw dr = window_entry<RT>(d, L.overflow, r, t);
+                    ring_d[(size_t)m * V + v] = dr;
+                    dsm[warp][m][g + 8 * i] = to_f<RT>(dr);
+                }
             }
+            __syncwarp();
         }
-        __syncwarp();
     }
 }
 

@@ -7,11 +7,17 @@
 #   bench/h200/verify_check.sh [OUT_DIR]     (default: $OUT, else ./verify-out)
 #
 # 1. `rssm conform --case verify` on the CUDA variants and on Vulkan
-#    (portable and cooperative-matrix kernels) of the same GPU;
+#    (portable and cooperative-matrix kernels) of the same GPU
+#    (VERIFY_BACKENDS replaces the list);
 # 2. tests/test_verify.c on cuda;
 # 3. `rssm bench --verify` on cuda (VERIFY_ARGS replaces its sweep);
-# 4. compute-sanitizer memcheck and racecheck on two verify cases.
-# Prints each step's status, the verify table last.
+# 4. compute-sanitizer memcheck and racecheck on two verify cases;
+# 5. the per-layer window from torch in captured CUDA graphs
+#    (bench/h200/torch_verify.py, TORCH_VERIFY_ARGS adds options; needs
+#    librssm.so.0 in .devbin/; TORCH_VERIFY=0 skips it);
+# 6. with PROFILE=1, Nsight Compute on the window kernels of a GDN and a KDA
+#    window at batch 256 (profile.txt).
+# Prints each step's status, the verify tables last.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/verify-out}}
 BIN=${BIN:-.devbin}
@@ -29,17 +35,20 @@ t0=$(date +%s)
 at() { echo "   (t = $(($(date +%s) - t0)) s)"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
 
-timeout 240 "$B" conform --backend cuda --backend cuda:bulk --backend cuda:stream --backend cuda:pipeline \
-  --backend vulkan --backend vulkan:coopmat --backend vulkan:coopmat-emulated --case verify \
+BACKENDS=${VERIFY_BACKENDS:-"cuda cuda:bulk cuda:stream cuda:pipeline vulkan vulkan:coopmat vulkan:coopmat-emulated"}
+# shellcheck disable=SC2046 # one --backend option per variant
+timeout 240 "$B" conform $(for v in $BACKENDS; do printf -- '--backend %s ' "$v"; done) --case verify \
   >"$OUT_DIR/conform_verify.txt" 2>&1
 echo "== conform --case verify: rc $?, $(tail -1 "$OUT_DIR/conform_verify.txt")"
 grep -E " FAIL |SKIP" "$OUT_DIR/conform_verify.txt" | head -8
 at
 
-RSSM_TEST_BACKEND=cuda timeout 120 "$BIN/test_verify" >"$OUT_DIR/test_verify_cuda.txt" 2>&1
-echo "== test_verify on cuda: rc $?"
-grep -E "^\[  (PASSED|FAILED)|FAILED|ERROR" "$OUT_DIR/test_verify_cuda.txt" | head -8
-at
+if [ -x "$BIN/test_verify" ]; then
+  RSSM_TEST_BACKEND=cuda timeout 120 "$BIN/test_verify" >"$OUT_DIR/test_verify_cuda.txt" 2>&1
+  echo "== test_verify on cuda: rc $?"
+  grep -E "^\[  (PASSED|FAILED)|FAILED|ERROR" "$OUT_DIR/test_verify_cuda.txt" | head -8
+  at
+fi
 
 for tool in memcheck racecheck; do
   timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B" conform --backend cuda --quick \
@@ -48,8 +57,30 @@ for tool in memcheck racecheck; do
 done
 at
 
+if [ "${PROFILE:-0}" = 1 ]; then
+  for gate in gdn kda; do
+    timeout 200 ncu --clock-control none -k regex:window --launch-skip 6 --launch-count 4 \
+      --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
+      --section InstructionStats --section LaunchStats "$B" bench --backend cuda --gate $gate --state fp32 \
+      --batch 256 --ring-len 16 --positions uniform --cycles 1 --verify 4 --accept 100 >>"$OUT_DIR/profile.txt" 2>&1
+    echo "== ncu ($gate): rc $?"
+  done
+  grep -E "window_|Duration|Memory Throughput|Compute \(SM\) Throughput|Achieved Occupancy|Issue Slots Busy|Registers Per|Warp Cycles Per Issued|Executed Ipc A" \
+    "$OUT_DIR/profile.txt" | head -60
+  at
+fi
+
+if [ "${TORCH_VERIFY:-1}" = 1 ]; then
+  # shellcheck disable=SC2086 # TORCH_VERIFY_ARGS is a list of options
+  PYTHONPATH=python:bench/h200 RSSM_LIBRARY=$BIN/librssm.so.0 timeout 400 python3 bench/h200/torch_verify.py \
+    --out "$OUT_DIR" ${TORCH_VERIFY_ARGS:-} >"$OUT_DIR/torch_verify.txt" 2>&1
+  echo "== torch_verify.py: rc $?"
+  at
+fi
+
 # shellcheck disable=SC2086 # ARGS is a list of options
 timeout 400 "$B" bench --backend cuda $ARGS --out "$OUT_DIR/verify" >"$OUT_DIR/verify.txt" 2>&1
 echo "== rssm bench --backend cuda $ARGS: rc $?"
 at
 cat "$OUT_DIR/verify.txt"
+[ -f "$OUT_DIR/torch_verify.txt" ] && tail -60 "$OUT_DIR/torch_verify.txt"
