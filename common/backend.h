@@ -194,6 +194,16 @@ typedef struct rssm_backend_ops {
      * one on the device at hand ("vulkan" without cooperative matrices runs
      * the kernels of "vulkan:portable"). */
     const char *(*kernels)(void *ctx);
+
+    /* Optional (NULL: rssm_layer_record_verify says unsupported; last in
+     * the table so that the positional tables of other backends need no
+     * entry). The window of rssm_layer_verify on buffer handles, recorded
+     * into `cmd` as layer_record records a step: `drafts` a buffer of
+     * [rows] uint32; common code has checked t_max, the rows, that force
+     * has no handle and that the tensors the window reads have one. */
+    rssm_status (*layer_record_verify)(void *ctx, void *layer, uint32_t rows, uint32_t t_max,
+                                       const rssm_buffer *drafts, const rssm_layer_buffers *t, void *cmd,
+                                       rssm_error *err);
 } rssm_backend_ops;
 
 /* Every backend compiled in, in preference order; NULL-terminated. */
