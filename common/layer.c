@@ -402,7 +402,7 @@ rssm_status rssm_layer_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, cons
     rssm_backend *b = l->backend;
     if (!b->ops->layer_verify)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
-                              b->ops->layer_record_verify ? "%s: %s takes buffers, not pointers (rssm_layer_record_verify)"
+                              b->ops->layer_record ? "%s: %s takes buffers, not pointers (rssm_layer_record_verify)"
                               : "%s: %s has no per-layer window (run the tokens with %s)",
                               who, b->name, b->ops->layer_run ? "rssm_layer_run" : "rssm_layer_record");
     rssm_status st = check_window(l, rows, t_max, t->force != NULL, who, err);
@@ -424,7 +424,7 @@ rssm_status rssm_layer_record_verify(rssm_layer *l, uint32_t rows, uint32_t t_ma
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
                               who);
     rssm_backend *b = l->backend;
-    if (!b->ops->layer_record_verify)
+    if (!b->ops->layer_record)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
                               b->ops->layer_verify ? "%s: %s takes device pointers, not buffers (rssm_layer_verify)"
                               : "%s: %s has no per-layer window on buffers (record the tokens with %s)",
@@ -438,7 +438,8 @@ rssm_status rssm_layer_record_verify(rssm_layer *l, uint32_t rows, uint32_t t_ma
         return st;
     if (!drafts.handle)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: drafts must not be a 0 handle", who);
-    return b->ops->layer_record_verify(b->ctx, l->dev, rows, t_max, &drafts, t, command_buffer, err);
+    const rssm_record_window window = {t_max, drafts};
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, false, &window, command_buffer, err);
 }
 
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
@@ -475,7 +476,7 @@ static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers
     if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
         return st;
     rssm_backend *b = l->backend;
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, command_buffer, err);
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, NULL, command_buffer, err);
 }
 
 rssm_status rssm_layer_record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,

@@ -211,5 +211,4 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .layer_record_advance = vk_layer_record_advance,
     .vulkan_handles = vk_vulkan_handles,
     .kernels = vk_kernels_variant,
-    .layer_record_verify = vk_layer_record_verify,
 };

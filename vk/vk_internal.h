@@ -342,9 +342,7 @@ rssm_status vk_layer_create(void *ctx, const rssm_kernel_params *p, const rssm_l
                             rssm_error *err);
 void vk_layer_destroy(void *ctx, void *layer);
 rssm_status vk_layer_record(void *ctx, void *layer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
-                            void *cmd, rssm_error *err);
-rssm_status vk_layer_record_verify(void *ctx, void *layer, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
-                                   const rssm_layer_buffers *t, void *cmd, rssm_error *err);
+                            const rssm_record_window *window, void *cmd, rssm_error *err);
 rssm_status vk_layer_record_advance(void *ctx, void *layer, uint32_t rows, const rssm_buffer *slot_index,
                                     const rssm_buffer *write_pos, const rssm_buffer *force, const rssm_buffer *cursor,
                                     void *cmd, rssm_error *err);

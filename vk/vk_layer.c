@@ -266,9 +266,14 @@ static rssm_status record_bind(vk_ctx *ctx, vk_layer *l, VkCommandBuffer cb, uin
                                const rssm_buffer given[BUF_COUNT], bool materialise, bool drafts, uint32_t fill,
                                vk_push *pc, const char *who, rssm_error *err);
 
+static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
+                                 const rssm_layer_buffers *t, VkCommandBuffer cb, rssm_error *err);
+
 rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
-                            void *cmd, rssm_error *err)
+                            const rssm_record_window *window, void *cmd, rssm_error *err)
 {
+    if (window)
+        return record_verify(vctx, vlayer, rows, window->t_max, &window->drafts, t, (VkCommandBuffer)cmd, err);
     vk_ctx *ctx = vctx;
     vk_layer *l = vlayer;
     VkCommandBuffer cb = (VkCommandBuffer)cmd;
@@ -307,12 +312,11 @@ rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_
     return vk_check_validation(ctx, err);
 }
 
-rssm_status vk_layer_record_verify(void *vctx, void *vlayer, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
-                                   const rssm_layer_buffers *t, void *cmd, rssm_error *err)
+/* rssm_layer_record_verify: the window kernel (shaders/window.glsl) on the
+ * decode pipelines' bindings. */
+static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
+                                 const rssm_layer_buffers *t, VkCommandBuffer cb, rssm_error *err)
 {
-    vk_ctx *ctx = vctx;
-    vk_layer *l = vlayer;
-    VkCommandBuffer cb = (VkCommandBuffer)cmd;
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
