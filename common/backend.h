@@ -33,6 +33,13 @@ typedef struct rssm_slot_layout {
     size_t slot_bytes;        /* layers * layer_bytes */
 } rssm_slot_layout;
 
+/* A window of rssm_layer_record_verify for layer_record: its longest
+ * window and the buffer of the rows' drafts ([rows] uint32). */
+typedef struct rssm_record_window {
+    uint32_t t_max;
+    rssm_buffer drafts;
+} rssm_record_window;
+
 typedef struct rssm_backend_ops {
     const char *name;                    /* "cpu", "vulkan", "cuda" */
     /* NULL-terminated list of variant names; [0] is used for the bare name.
@@ -179,11 +186,14 @@ typedef struct rssm_backend_ops {
      * say this backend takes pointers). The per-layer entry on tensors
      * named by buffer handles, recorded into the caller's command buffer
      * `cmd` (rssm_layer_record): layer_record runs a step, or with
-     * `materialise` the fold of rssm_layer_materialise; common code has
-     * checked the rows and that every tensor the layer reads has a handle.
-     * A backend with no layer_run takes only these. */
+     * `materialise` the fold of rssm_layer_materialise, or with `window`
+     * the speculative-decode window of rssm_layer_record_verify (or says
+     * RSSM_ERR_UNSUPPORTED, having recorded nothing); common code has
+     * checked the rows and that every tensor the layer reads has a handle,
+     * and for a window t_max, rows * t_max <= max_rows, no force and the
+     * drafts' handle. A backend with no layer_run takes only these. */
     rssm_status (*layer_record)(void *ctx, void *layer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
-                                void *cmd, rssm_error *err);
+                                const rssm_record_window *window, void *cmd, rssm_error *err);
     rssm_status (*layer_record_advance)(void *ctx, void *layer, uint32_t rows, const rssm_buffer *slot_index,
                                         const rssm_buffer *write_pos, const rssm_buffer *force,
                                         const rssm_buffer *cursor, void *cmd, rssm_error *err);

@@ -373,33 +373,73 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
     return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
 }
 
+/* What rssm_layer_verify and rssm_layer_record_verify check alike, after
+ * the entry's own presence: t_max, the token-major rows, no force. */
+static rssm_status check_window(const rssm_layer *l, uint32_t rows, uint32_t t_max, bool force, const char *who,
+                                rssm_error *err)
+{
+    const rssm_kernel_params *p = &l->params;
+    const uint32_t most = p->ring_cap < RSSM_MAX_DRAFT ? p->ring_cap : RSSM_MAX_DRAFT;
+    if (t_max == 0 || t_max > most)
+        return rssm_set_error(err, p->ring_cap ? RSSM_ERR_INVALID_ARGUMENT : RSSM_ERR_UNSUPPORTED,
+                              "%s: t_max = %u: must be in 1..%u (RSSM_MAX_DRAFT and L - 1)", who, t_max, most);
+    if (force)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: force must be %s (a window never flushes)", who,
+                              l->backend->ops->layer_run ? "NULL" : "a 0 handle");
+    if ((uint64_t)rows * t_max > p->max_rows)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "%s: %u rows of %u tokens are %llu step-array rows, beyond the layer's max_rows %u",
+                              who, rows, t_max, (unsigned long long)rows * t_max, p->max_rows);
+    return RSSM_OK;
+}
+
 rssm_status rssm_layer_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
                               const rssm_layer_tensors *t, void *stream, rssm_error *err)
 {
     static const char who[] = "layer verify";
     if (!l || !t || !drafts)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, drafts and tensors must not be NULL", who);
-    const rssm_kernel_params *p = &l->params;
     rssm_backend *b = l->backend;
     if (!b->ops->layer_verify)
-        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s has no per-layer window (run the tokens with %s)",
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              b->ops->layer_record ? "%s: %s takes buffers, not pointers (rssm_layer_record_verify)"
+                              : "%s: %s has no per-layer window (run the tokens with %s)",
                               who, b->name, b->ops->layer_run ? "rssm_layer_run" : "rssm_layer_record");
-    const uint32_t most = p->ring_cap < RSSM_MAX_DRAFT ? p->ring_cap : RSSM_MAX_DRAFT;
-    if (t_max == 0 || t_max > most)
-        return rssm_set_error(err, p->ring_cap ? RSSM_ERR_INVALID_ARGUMENT : RSSM_ERR_UNSUPPORTED,
-                              "%s: t_max = %u: must be in 1..%u (RSSM_MAX_DRAFT and L - 1)", who, t_max, most);
-    if (t->force)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: force must be NULL (a window never flushes)", who);
-    if ((uint64_t)rows * t_max > p->max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "%s: %u rows of %u tokens are %llu step-array rows, beyond the layer's max_rows %u",
-                              who, rows, t_max, (unsigned long long)rows * t_max, p->max_rows);
+    rssm_status st = check_window(l, rows, t_max, t->force != NULL, who, err);
+    if (st != RSSM_OK)
+        return st;
     bool run;
     rssm_layer_io io;
-    rssm_status st = pointers(l, rows, t, false, who, &run, &io, err);
+    st = pointers(l, rows, t, false, who, &run, &io, err);
     if (st != RSSM_OK || !run)
         return st;
     return b->ops->layer_verify(b->ctx, l->dev, &io, t_max, drafts, stream, err);
+}
+
+rssm_status rssm_layer_record_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, rssm_buffer drafts,
+                                     const rssm_layer_buffers *t, void *command_buffer, rssm_error *err)
+{
+    static const char who[] = "layer record verify";
+    if (!l || !t || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
+                              who);
+    rssm_backend *b = l->backend;
+    if (!b->ops->layer_record)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
+                              b->ops->layer_verify ? "%s: %s takes device pointers, not buffers (rssm_layer_verify)"
+                              : "%s: %s has no per-layer window on buffers (record the tokens with %s)",
+                              who, b->name, b->ops->layer_verify ? "" : "rssm_layer_record");
+    rssm_status st = check_window(l, rows, t_max, t->force.handle != 0, who, err);
+    if (st != RSSM_OK)
+        return st;
+    bool present[T_COUNT], run = false;
+    buffers_present(t, present);
+    if ((st = check_call(l, rows, present, false, who, &run, err)) != RSSM_OK || !run)
+        return st;
+    if (!drafts.handle)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: drafts must not be a 0 handle", who);
+    const rssm_record_window window = {t_max, drafts};
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, false, &window, command_buffer, err);
 }
 
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
@@ -436,7 +476,7 @@ static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers
     if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
         return st;
     rssm_backend *b = l->backend;
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, command_buffer, err);
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, NULL, command_buffer, err);
 }
 
 rssm_status rssm_layer_record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,

@@ -623,6 +623,20 @@ rssm_status rssm_layer_record_materialise(rssm_layer *layer, uint32_t rows, cons
 rssm_status rssm_layer_record_advance(rssm_layer *layer, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,
                                       rssm_buffer force, rssm_buffer cursor, void *command_buffer, rssm_error *err);
 
+/* rssm_layer_verify, recorded (docs/design.md §9): the window of
+ * `drafts` (a buffer of [rows] uint32, each 1..t_max) over the step arrays'
+ * rows * t_max token-major rows, its tokens' ring entries tentative past
+ * write_pos, the checkpoint not written, and overflow (when its handle is
+ * not 0) filled in the command buffer and then lowered to each row's first
+ * overflowing token (UINT32_MAX: none), all as rssm_layer_verify says;
+ * force's handle must be 0. Buffers, barriers and alignment as for
+ * rssm_layer_record. RSSM_ERR_UNSUPPORTED on a backend that takes pointers
+ * (cpu, cuda: rssm_layer_verify), and on a vulkan device whose shared
+ * memory cannot hold the window of this layer's head_k and ring (the
+ * engine then records T calls of rssm_layer_record). */
+rssm_status rssm_layer_record_verify(rssm_layer *layer, uint32_t rows, uint32_t t_max, rssm_buffer drafts,
+                                     const rssm_layer_buffers *t, void *command_buffer, rssm_error *err);
+
 /* ------------------------------------------------------------- benchmarks */
 
 /* What a benchmark entry measured over its timed runs, in seconds of

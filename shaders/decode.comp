@@ -54,6 +54,12 @@
 #ifndef RSSM_TILES
 #define RSSM_TILES 0
 #endif
+#ifndef RSSM_WINDOW
+#define RSSM_WINDOW 0
+#endif
+#if RSSM_WINDOW && (RSSM_REPLAY != 1 || RSSM_TILES != 0)
+#error "the window (shaders/window.glsl) is a portable replay kernel"
+#endif
 #if RSSM_TILES != 0 && RSSM_REPLAY == 0
 #error "the _cm variants are replay kernels: the packed update is rank 1"
 #endif
@@ -159,7 +165,13 @@ layout(std430, binding = 11) readonly buffer DtBias { float w[]; } dt_bias;
 layout(std430, binding = 12) writeonly buffer Out { uint w[]; } outbuf;
 // 1 for a row whose ring append overflowed the ring dtype (docs/design.md
 // §2); only ever set to 1: the host zeroes the flags before the dispatch.
+#if RSSM_WINDOW
+// A window's: per row, its first token whose ring entry overflowed
+// (atomicMin; the host fills the words with UINT32_MAX first).
+layout(std430, binding = 13) buffer Overflow { uint w[]; } overflow;
+#else
 layout(std430, binding = 13) writeonly buffer Overflow { uint w[]; } overflow;
+#endif
 
 RSSM_DEFINE_LOADS(ckpt, ckpt)
 RSSM_DEFINE_STORES(ckpt, ckpt)
@@ -218,6 +230,7 @@ float dot4(vec4 a, vec4 b)
 
 // Per-channel vectors, in channel quads: every access is one vec4.
 const uint KQ = HEAD_K / 4u;
+#if !RSSM_WINDOW // the window's shared memory is its own (shaders/window.glsl)
 shared vec4 s_q4[KQ];   // normalised, scaled q
 shared vec4 s_k4[KQ];   // normalised k (unscaled: what the ring stores)
 shared vec4 s_g4[KQ];   // this step's log-decay (KDA)
@@ -228,10 +241,12 @@ shared float s_v[HEAD_V];   // v, loaded with q and k
 shared float s_d[HEAD_V];   // d, full precision
 shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
+#endif
 // An array that only the flush pipeline uses: one element elsewhere.
 #define FLUSH_ONLY(n) (1u + ((n) - 1u) * FLUSH_ROWS)
 
 #if RSSM_REPLAY
+#if !RSSM_WINDOW
 shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
 // KK_j of a `_cm` flush, for its tile staging (entry j's quad q at
 // j * KQ + q; kr4_put). The emulated-tile flush pipeline keeps it
@@ -244,6 +259,7 @@ shared vec4 s_kr4[1];
 #define KR_IN_KX false
 shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_LEN * KQ) : 1u];
 #endif
+#endif // !RSSM_WINDOW
 // The portable flush keeps KK_j of its lane's channel quads in registers
 // (kk_r): a lane holds the same quads of every row it updates.
 #define KK_IN_REGS (RSSM_TILES == 0 && FLUSH_ROWS != 0u)
@@ -277,7 +293,7 @@ const uint TILE_SCRATCH = TILE_M * TILE_K + TILE_K * TILE_N;  // >= TILE_M*TILE_
 shared float s_tile[FLUSH_ONLY(SG_COUNT * TILE_SCRATCH)];
 #endif
 
-#if RSSM_REPLAY
+#if RSSM_REPLAY && !RSSM_WINDOW
 // KK_j[c] = k_j[c] gamma_j[c] alpha[c] (fp32) for a `_cm` flush's tiles.
 void kr4_put(uint j, uint q, vec4 x)
 {
@@ -294,6 +310,7 @@ void kr4_put(uint j, uint q, vec4 x)
 }
 #endif
 
+#if !RSSM_WINDOW
 // Sums a vec4 over the workgroup; every invocation gets the total. Also a
 // full barrier for shared memory written before it.
 vec4 workgroup_sum(vec4 x)
@@ -308,6 +325,7 @@ vec4 workgroup_sum(vec4 x)
     barrier();
     return t;
 }
+#endif
 
 float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
@@ -465,6 +483,9 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         }                                                                          \
     }
 
+#if RSSM_WINDOW
+#include "window.glsl"
+#else
 void main()
 {
     const uint hv = gl_WorkGroupID.x / ROW_SPLIT, part = gl_WorkGroupID.x % ROW_SPLIT;
@@ -831,3 +852,4 @@ void main()
     }
 #endif
 }
+#endif // RSSM_WINDOW

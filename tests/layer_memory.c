@@ -155,13 +155,14 @@ static rssm_layer_buffers buffers_of(const lm_arena *a, const rssm_layer_tensors
     };
 }
 
-typedef enum { CALL_RUN, CALL_MATERIALISE, CALL_ADVANCE } call_kind;
+typedef enum { CALL_RUN, CALL_MATERIALISE, CALL_ADVANCE, CALL_VERIFY } call_kind;
 
 typedef struct call {
     call_kind kind;
     rssm_layer *l;
-    uint32_t rows;
+    uint32_t rows, t_max;
     rssm_layer_buffers t;
+    rssm_buffer drafts;
     rssm_buffer slot_index, write_pos, force, cursor;
 } call;
 
@@ -183,6 +184,7 @@ static rssm_status record_submit(lm_arena *a, const call *c, rssm_error *err)
     switch (c->kind) {
     case CALL_RUN: st = rssm_layer_record(c->l, c->rows, &c->t, cb, err); break;
     case CALL_MATERIALISE: st = rssm_layer_record_materialise(c->l, c->rows, &c->t, cb, err); break;
+    case CALL_VERIFY: st = rssm_layer_record_verify(c->l, c->rows, c->t_max, c->drafts, &c->t, cb, err); break;
     default:
         st = rssm_layer_record_advance(c->l, c->rows, c->slot_index, c->write_pos, c->force, c->cursor, cb, err);
         break;
@@ -246,4 +248,19 @@ rssm_status lm_advance(lm_arena *a, rssm_layer *l, uint32_t rows, const int32_t 
     (void)a;
 #endif
     return rssm_layer_advance(l, rows, slot_index, write_pos, force, cursor, NULL, err);
+}
+
+rssm_status lm_verify(lm_arena *a, rssm_layer *l, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
+                      const rssm_layer_tensors *t, rssm_error *err)
+{
+#ifdef RSSM_HAVE_VULKAN
+    if (a->records) {
+        const call c = {.kind = CALL_VERIFY, .l = l, .rows = rows, .t_max = t_max, .t = buffers_of(a, t),
+                        .drafts = buffer_of(a, drafts)};
+        return record_submit(a, &c, err);
+    }
+#else
+    (void)a;
+#endif
+    return rssm_layer_verify(l, rows, t_max, drafts, t, NULL, err);
 }

@@ -28,5 +28,9 @@ rssm_status lm_materialise(lm_arena *a, rssm_layer *l, uint32_t rows, const rssm
                            rssm_error *err);
 rssm_status lm_advance(lm_arena *a, rssm_layer *l, uint32_t rows, const int32_t *slot_index,
                        const int32_t *write_pos, const int32_t *force, int32_t *cursor, rssm_error *err);
+/* rssm_layer_verify, or rssm_layer_record_verify with `drafts` in one of
+ * the arena's buffers. */
+rssm_status lm_verify(lm_arena *a, rssm_layer *l, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
+                      const rssm_layer_tensors *t, rssm_error *err);
 
 #endif

@@ -418,8 +418,8 @@ static void verify_matches_batch(void **state)
         rssm_layer_tensors tv = engine_tensors(&e);
         tv.force = NULL;
         tv.overflow = e.overflow;
-        const rssm_status st = rssm_layer_verify(layer, ROWS + 1, (uint32_t)T, drafts, &tv, NULL, &err);
-        if (st == RSSM_ERR_UNSUPPORTED) { /* a backend without a per-layer window */
+        const rssm_status st = lm_verify(e.mem, layer, ROWS + 1, (uint32_t)T, drafts, &tv, &err);
+        if (st == RSSM_ERR_UNSUPPORTED && !lm_records(e.mem)) { /* a backend without a per-layer window */
             ts_window_free(&w);
             break;
         }
@@ -480,14 +480,23 @@ static void verify_matches_batch(void **state)
     /* what a call may not be given */
     rssm_layer_tensors tv = engine_tensors(&e);
     tv.force = NULL;
-    if (env.backend && rssm_layer_verify(layer, 1, 1, drafts, &tv, NULL, &err) != RSSM_ERR_UNSUPPORTED) {
-        TS_EXPECT(rssm_layer_verify(layer, ROWS, 0, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
-        TS_EXPECT(rssm_layer_verify(layer, ROWS, L, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
-        TS_EXPECT(rssm_layer_verify(layer, ROWS + 2, (uint32_t)T, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT,
-                  &err);
-        TS_EXPECT(rssm_layer_verify(layer, ROWS, 1, NULL, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+    if (env.backend && lm_verify(e.mem, layer, 1, 1, drafts, &tv, &err) != RSSM_ERR_UNSUPPORTED) {
+        TS_EXPECT(lm_verify(e.mem, layer, ROWS, 0, drafts, &tv, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(lm_verify(e.mem, layer, ROWS, L, drafts, &tv, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(lm_verify(e.mem, layer, ROWS + 2, (uint32_t)T, drafts, &tv, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(lm_verify(e.mem, layer, ROWS, 1, NULL, &tv, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
         tv.force = e.force;
-        TS_EXPECT(rssm_layer_verify(layer, ROWS, 1, drafts, &tv, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        TS_EXPECT(lm_verify(e.mem, layer, ROWS, 1, drafts, &tv, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
+        /* each entry says which entry of the other kind the backend takes */
+        tv.force = NULL;
+        TS_EXPECT(lm_records(e.mem) ? rssm_layer_verify(layer, ROWS, 1, drafts, &tv, NULL, &err)
+                                    : rssm_layer_record_verify(layer, ROWS, 1, (rssm_buffer){1, 0}, NULL,
+                                                               (void *)(uintptr_t)1, &err),
+                  lm_records(e.mem) ? RSSM_ERR_UNSUPPORTED : RSSM_ERR_INVALID_ARGUMENT, &err);
+        if (lm_records(e.mem))
+            assert_non_null(strstr(err.message, "rssm_layer_record_verify"));
+    } else if (lm_records(e.mem)) {
+        fail_msg("the vulkan backend has no recorded window");
     }
     free(out);
     free(s);
@@ -495,6 +504,198 @@ static void verify_matches_batch(void **state)
     rssm_layer_destroy(&layer);
     engine_close(&e);
     ts_env_close(&env);
+}
+
+/* rssm_layer_record_verify on the vulkan backend against the cpu
+ * backend's rssm_layer_verify on the same tensors (docs/design.md §9):
+ * GDN and KDA, fp32 and bf16 state, an fp16 ring, windows of 2, 4 and 8
+ * tokens from different ring positions, rows of different drafts, a padding
+ * row, and a token whose ring entry fp16 cannot hold, reported by both as
+ * the row's first overflowing token. Outputs to the vulkan tolerance, the
+ * padding row's zeroed, those past a row's drafts untouched, the checkpoint
+ * unwritten, the tentative entries of the rows that did not overflow close
+ * to the cpu's. Other backends: skipped. */
+enum { XL = 9, XCAP = XL - 1, XROWS = 4, XSLOTS = 4 };
+
+typedef struct xarrays {
+    lm_arena *mem;
+    void *state, *ring_d, *ring_k;
+    float *ring_g, *q, *k, *v, *gate, *beta, *out;
+    int32_t *slot_index, *write_pos;
+    uint32_t *overflow, *drafts;
+} xarrays;
+
+typedef struct xsizes {
+    size_t state, ring_d, ring_k, ring_g, qk, v, gate, beta;
+} xsizes;
+
+static xsizes xsizes_of(const rssm_model *m, uint32_t T)
+{
+    const size_t H = m->num_qk_heads, HV = m->num_v_heads, K = m->head_k, V = m->head_v;
+    const size_t G = m->gate_kind == RSSM_GATE_KDA ? K : 1, R = (size_t)XROWS * T;
+    return (xsizes){XSLOTS * HV * V * K, XSLOTS * HV * XCAP * V, XSLOTS * H * XCAP * K, XSLOTS * HV * XCAP * G,
+                    R * H * K, R * HV * V, R * HV * G, R * HV};
+}
+
+static void xarrays_open(xarrays *a, rssm_backend *b, const rssm_model *m, const xsizes *z)
+{
+    a->mem = lm_open(b);
+    const size_t ss = rssm_dtype_size(m->state_dtype), rs = rssm_dtype_size(m->ring_dtype);
+    a->state = lm_alloc(a->mem, z->state * ss);
+    a->ring_d = lm_alloc(a->mem, z->ring_d * rs);
+    a->ring_k = lm_alloc(a->mem, z->ring_k * rs);
+    a->ring_g = lm_alloc(a->mem, z->ring_g * 4);
+    a->q = lm_alloc(a->mem, z->qk * 4);
+    a->k = lm_alloc(a->mem, z->qk * 4);
+    a->v = lm_alloc(a->mem, z->v * 4);
+    a->gate = lm_alloc(a->mem, z->gate * 4);
+    a->beta = lm_alloc(a->mem, z->beta * 4);
+    a->out = lm_alloc(a->mem, z->v * 4);
+    a->slot_index = lm_alloc(a->mem, XROWS * 4);
+    a->write_pos = lm_alloc(a->mem, XROWS * 4);
+    a->overflow = lm_alloc(a->mem, XROWS * 4);
+    a->drafts = lm_alloc(a->mem, XROWS * 4);
+}
+
+static rssm_layer_tensors xtensors(const xarrays *a)
+{
+    return (rssm_layer_tensors){.state = a->state, .ring_d = a->ring_d, .ring_k = a->ring_k, .ring_g = a->ring_g,
+                                .q = a->q, .k = a->k, .v = a->v, .gate = a->gate, .beta = a->beta, .out = a->out,
+                                .slot_index = a->slot_index, .write_pos = a->write_pos, .overflow = a->overflow};
+}
+
+static void xcopy(xarrays *to, const xarrays *from, const rssm_model *m, const xsizes *z)
+{
+    const size_t ss = rssm_dtype_size(m->state_dtype), rs = rssm_dtype_size(m->ring_dtype);
+    memcpy(to->state, from->state, z->state * ss);
+    memcpy(to->ring_d, from->ring_d, z->ring_d * rs);
+    memcpy(to->ring_k, from->ring_k, z->ring_k * rs);
+    memcpy(to->ring_g, from->ring_g, z->ring_g * 4);
+    memcpy(to->q, from->q, z->qk * 4);
+    memcpy(to->k, from->k, z->qk * 4);
+    memcpy(to->v, from->v, z->v * 4);
+    memcpy(to->gate, from->gate, z->gate * 4);
+    memcpy(to->beta, from->beta, z->beta * 4);
+    memcpy(to->out, from->out, z->v * 4);
+    memcpy(to->slot_index, from->slot_index, XROWS * 4);
+    memcpy(to->write_pos, from->write_pos, XROWS * 4);
+    memcpy(to->drafts, from->drafts, XROWS * 4);
+}
+
+static void record_verify_matches_cpu(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *vk = NULL, *cpu = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &vk, &err), &err);
+    if (strncmp(rssm_backend_name(vk), "vulkan", 6) != 0) {
+        rssm_backend_destroy(&vk);
+        skip();
+    }
+    TS_OK(rssm_backend_create("cpu", &cpu, &err), &err);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 123, 0);
+    static const rssm_gate_kind kinds[2] = {RSSM_GATE_GDN, RSSM_GATE_KDA};
+    static const rssm_dtype states[2] = {RSSM_DTYPE_F32, RSSM_DTYPE_BF16};
+    static const uint32_t windows[3] = {2, 4, 8};
+    for (int gk = 0; gk < 2; gk++)
+        for (int sd = 0; sd < 2; sd++)
+            for (int wi = 0; wi < 3; wi++) {
+                const uint32_t T = windows[wi];
+                rssm_model m = ts_small_model(kinds[gk], 1, XL);
+                m.state_dtype = states[sd];
+                m.ring_dtype = RSSM_DTYPE_F16;
+                const xsizes z = xsizes_of(&m, T);
+                rssm_layer_desc d = {.model = m, .max_rows = XROWS * T, .slots = XSLOTS};
+                rssm_layer *lv = NULL, *lc = NULL;
+                TS_OK(rssm_layer_create(vk, &d, &lv, &err), &err);
+                TS_OK(rssm_layer_create(cpu, &d, &lc, &err), &err);
+                xarrays a, c;
+                xarrays_open(&a, vk, &m, &z);
+                xarrays_open(&c, cpu, &m, &z);
+                for (size_t i = 0; i < z.state; i++)
+                    rssm_store(c.state, m.state_dtype, i, (float)rh_rng_uniform(&rng, -1, 1));
+                for (size_t i = 0; i < z.ring_d; i++)
+                    rssm_store(c.ring_d, m.ring_dtype, i, (float)rh_rng_uniform(&rng, -1, 1));
+                for (size_t i = 0; i < z.ring_k; i++)
+                    rssm_store(c.ring_k, m.ring_dtype, i, (float)rh_rng_uniform(&rng, -0.5, 0.5));
+                for (size_t i = 0; i < z.ring_g; i++)
+                    c.ring_g[i] = (float)rh_rng_uniform(&rng, -0.4, -0.01);
+                for (size_t i = 0; i < z.qk; i++) {
+                    c.q[i] = (float)rh_rng_uniform(&rng, -1, 1);
+                    c.k[i] = (float)rh_rng_uniform(&rng, -1, 1);
+                }
+                for (size_t i = 0; i < z.v; i++)
+                    c.v[i] = (float)rh_rng_uniform(&rng, -1, 1);
+                for (size_t i = 0; i < z.gate; i++)
+                    c.gate[i] = (float)rh_rng_uniform(&rng, -0.4, -0.01);
+                for (size_t i = 0; i < z.beta; i++)
+                    c.beta[i] = (float)rh_rng_uniform(&rng, 0.1, 0.9);
+                ts_poison(c.out, z.v * 4);
+                /* rows: the whole window from 0; one token fewer from the
+                 * end of the ring; one token from 3; padding */
+                const int32_t slot[XROWS] = {2, 0, 3, -1};
+                const uint32_t drafts[XROWS] = {T, T - 1, 1, 1};
+                const int32_t wpos[XROWS] = {0, (int32_t)(XCAP - (T - 1)), 3, 0};
+                memcpy(c.slot_index, slot, sizeof slot);
+                memcpy(c.write_pos, wpos, sizeof wpos);
+                memcpy(c.drafts, drafts, sizeof drafts);
+                /* token HOT of row 0: v far beyond fp16 */
+                const uint32_t HOT = T / 2;
+                const size_t HV = m.num_v_heads, V = m.head_v, row_v = HV * V;
+                for (size_t i = 0; i < row_v; i++)
+                    c.v[((size_t)HOT * XROWS + 0) * row_v + i] *= 1e6f;
+                xcopy(&a, &c, &m, &z);
+                rssm_layer_tensors tc = xtensors(&c), ta = xtensors(&a);
+                TS_OK(lm_verify(c.mem, lc, XROWS, T, c.drafts, &tc, &err), &err);
+                TS_OK(lm_verify(a.mem, lv, XROWS, T, a.drafts, &ta, &err), &err);
+                const double tol = rh_backend_tolerance(vk, &m, rh_tolerance(&m));
+                for (uint32_t r = 0; r < XROWS; r++) {
+                    const uint32_t want = r == 0 ? HOT : UINT32_MAX;
+                    if (r < 3 && (c.overflow[r] != want || a.overflow[r] != want))
+                        fail_msg("T %u row %u: first overflowing token %u (cpu %u), expected %u", T, r, a.overflow[r],
+                                 c.overflow[r], want);
+                    for (uint32_t t = 0; t < T; t++) {
+                        const size_t at = ((size_t)t * XROWS + r) * row_v;
+                        if (r == 3) { /* padding: zeros */
+                            for (size_t i = 0; i < row_v; i++)
+                                assert_true(a.out[at + i] == 0.0f);
+                        } else if (t >= drafts[r]) { /* untouched */
+                            assert_memory_equal(a.out + at, c.out + at, row_v * 4);
+                        } else if (t < (r == 0 ? HOT : T)) {
+                            const double e = ts_rel_l2_f(a.out + at, c.out + at, row_v);
+                            if (!(e <= tol))
+                                fail_msg("%s, %s state, T %u: row %u token %u off the cpu's by %g (tolerance %g)",
+                                         gk ? "KDA" : "GDN", sd ? "bf16" : "fp32", T, r, t, e, tol);
+                        }
+                    }
+                }
+                /* no checkpoint written; the tentative entries of rows 1 and 2 */
+                assert_memory_equal(a.state, c.state, z.state * rssm_dtype_size(m.state_dtype));
+                for (uint32_t r = 1; r < 3; r++) {
+                    const size_t n = (size_t)XCAP * V;
+                    float ga[XCAP * 64], gc[XCAP * 64];
+                    assert_true(n <= sizeof ga / sizeof ga[0]);
+                    for (size_t hv = 0; hv < HV; hv++) {
+                        const size_t base = ((size_t)slot[r] * HV + hv) * n;
+                        for (size_t i = 0; i < n; i++) {
+                            ga[i] = rssm_load(a.ring_d, m.ring_dtype, base + i);
+                            gc[i] = rssm_load(c.ring_d, m.ring_dtype, base + i);
+                        }
+                        if (!(ts_rel_l2_f(ga, gc, n) <= tol))
+                            fail_msg("T %u row %u: ring d entries off the cpu's", T, r);
+                    }
+                    const size_t G = m.gate_kind == RSSM_GATE_KDA ? m.head_k : 1;
+                    assert_memory_equal(a.ring_g + (size_t)slot[r] * HV * XCAP * G,
+                                        c.ring_g + (size_t)slot[r] * HV * XCAP * G, HV * XCAP * G * 4);
+                }
+                lm_close(a.mem);
+                lm_close(c.mem);
+                rssm_layer_destroy(&lv);
+                rssm_layer_destroy(&lc);
+            }
+    rssm_backend_destroy(&cpu);
+    rssm_backend_destroy(&vk);
 }
 
 static void bad_descriptions(void **state)
@@ -682,6 +883,7 @@ int main(void)
         cmocka_unit_test(gdn_matches_batch),
         cmocka_unit_test(kda_matches_batch),
         cmocka_unit_test(verify_matches_batch),
+        cmocka_unit_test(record_verify_matches_cpu),
         cmocka_unit_test(bad_descriptions),
         cmocka_unit_test(bad_runs),
         cmocka_unit_test(advance_rule),

@@ -482,6 +482,87 @@ static void overflowing_token(void **state)
     fixture_close(&f);
 }
 
+/* The backend's own window (backend.h batch_verify), called directly so
+ * that common code's one-step-per-token fallback cannot stand in for it:
+ * the vulkan backend must have one and run it, and every backend that has
+ * one gives each token its oracle output, and per row the first token whose
+ * fp16 ring entry overflowed (UINT32_MAX for none); rows of different
+ * window sizes from different ring positions, KDA with bf16 state. */
+static void backend_window(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_model m = ts_small_model(RSSM_GATE_KDA, LAYERS, L);
+    m.ring_dtype = RSSM_DTYPE_F16;
+    m.state_dtype = RSSM_DTYPE_BF16;
+    fixture f;
+    fixture_open(&f, &m, 3);
+    rssm_backend *be = f.env.backend;
+    const int vulkan = strncmp(rssm_backend_name(be), "vulkan", 6) == 0;
+    if (!be->ops->batch_verify) {
+        if (vulkan)
+            fail_msg("the vulkan backend has no window of its own");
+        fixture_close(&f);
+        skip();
+    }
+    enum { R = 3, T = 4, HOT = 2, HOT_ROW = 2 };
+    const uint32_t slots[R] = {0, 1, 2}, drafts[R] = {T, 2, T};
+    /* ring positions 0, 2 and 1: steps first, on the pool and the oracle */
+    for (uint32_t r = 1; r < R; r++)
+        for (uint32_t i = 0; i < (r == 1 ? 2u : 1u); i++) {
+            ts_inputs in;
+            ts_inputs_alloc(&in, &m, 1);
+            ts_inputs_random(&in, &f.rng);
+            const uint64_t len = ++f.seq[r];
+            float *o = malloc(ts_out_elems(&m, 1) * sizeof *o);
+            double *ro = malloc(ts_out_elems(&m, 1) * sizeof *ro);
+            assert_true(o && ro);
+            ts_step(&f.env, 1, &slots[r], &len, 0, &in, o);
+            TS_OK(rssm_oracle_step(f.oracle, 1, &slots[r], &in.in, ro, &err), &err);
+            free(o);
+            free(ro);
+            ts_inputs_free(&in);
+        }
+    ts_window w;
+    ts_window_make(&w, &m, R, T, &f.rng);
+    /* token HOT of row HOT_ROW: v far beyond fp16 (q and k are normalised) */
+    const size_t per_row = (size_t)m.num_v_heads * m.head_v, nv = w.tok[HOT].nv;
+    for (uint32_t l = 0; l < LAYERS; l++)
+        for (size_t i = 0; i < per_row; i++) {
+            const size_t at = ((size_t)l * R + HOT_ROW) * per_row + i;
+            ((float *)w.tok[HOT].v)[at] *= 1e6f;
+            ((float *)w.v)[HOT * nv + at] *= 1e6f;
+        }
+    rssm_row_header hdr[R];
+    for (uint32_t r = 0; r < R; r++) {
+        uint32_t n = 0;
+        TS_OK(rssm_pool_write_pos(f.env.pool, slots[r], &n, &err), &err);
+        assert_int_equal(n, r == 0 ? 0 : r == 1 ? 2 : 1);
+        hdr[r] = (rssm_row_header){.slot = slots[r], .write_pos = n, .force = 0, .io = r};
+    }
+    float *out = malloc(ts_out_elems(&m, R) * T * sizeof *out);
+    double *ref = malloc(ts_out_elems(&m, 1) * sizeof *ref);
+    float *got = malloc(per_row * LAYERS * sizeof *got);
+    uint32_t first[R];
+    assert_true(out && ref && got);
+    TS_OK(be->ops->batch_verify(be->ctx, f.env.batch->dev, R, hdr, drafts, T, &w.in, out, first, &err), &err);
+    for (uint32_t r = 0; r < R; r++) {
+        assert_int_equal(first[r], r == HOT_ROW ? (uint32_t)HOT : UINT32_MAX);
+        TS_OK(rssm_oracle_copy(f.oracle, slots[r], SPARE(slots[r]), &err), &err);
+        for (uint32_t t = 0; t < drafts[r] && t < first[r]; t++) {
+            for (uint32_t l = 0; l < LAYERS; l++)
+                memcpy(got + l * per_row, out + ((size_t)(t * LAYERS + l) * R + r) * per_row, per_row * sizeof *got);
+            oracle_token(&f, &w, t, r, SPARE(slots[r]), ref);
+            expect_close(got, ref, per_row * LAYERS, f.tol, "a token of the backend's window", slots[r]);
+        }
+    }
+    free(got);
+    free(out);
+    free(ref);
+    ts_window_free(&w);
+    fixture_close(&f);
+}
+
 /* Calls that must be refused, leaving the pool as it was. */
 static void bad_calls(void **state)
 {
@@ -546,6 +627,7 @@ int main(void)
         cmocka_unit_test(one_token_is_a_step),
         cmocka_unit_test(window_is_steps),
         cmocka_unit_test(overflowing_token),
+        cmocka_unit_test(backend_window),
         cmocka_unit_test(bad_calls),
     };
     return TS_RUN_ON_BACKEND(tests);

@@ -200,6 +200,7 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .batch_download = vk_batch_download,
     .batch_last_run_seconds = vk_batch_last_run_seconds,
     .batch_time_steps = vk_batch_time_steps,
+    .batch_verify = vk_batch_verify,
     .copy_bandwidth = vk_copy_bandwidth,
     .pool_inplace_seconds = vk_pool_inplace_seconds,
     .matrix_dtype = vk_matrix_dtype,

@@ -14,7 +14,7 @@
 
 static VkDeviceSize align_up(VkDeviceSize x, VkDeviceSize a) { return (x + a - 1) / a * a; }
 
-static void io_layout_init(vk_io_layout *io, const rssm_kernel_params *p, VkDeviceSize align)
+void vk_io_layout_init(vk_io_layout *io, const rssm_kernel_params *p, VkDeviceSize align)
 {
     rssm_io_sizes s;
     rssm_io_sizes_init(&s, p, p->max_rows);
@@ -256,7 +256,7 @@ rssm_status vk_batch_create(void *vctx, void *vpool, const rssm_kernel_params *p
     b->pool = pool;
     b->params = *params;
     VkDeviceSize align = lim->minStorageBufferOffsetAlignment > 16 ? lim->minStorageBufferOffsetAlignment : 16;
-    io_layout_init(&b->io, params, align);
+    vk_io_layout_init(&b->io, params, align);
 
     if ((st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_DEVICE, &b->io_dev, err)) == RSSM_OK &&
         (st = vk_buffer_create(ctx, b->io.total, VK_MEMORY_HOST, &b->io_host, err)) == RSSM_OK &&
@@ -334,6 +334,7 @@ void vk_batch_destroy(void *vctx, void *vbatch)
     if (b->queries)
         ctx->vk.vkDestroyQueryPool(ctx->device, b->queries, NULL);
     vk_decode_destroy(ctx, &b->decode);
+    vk_window_destroy(ctx, b->window);
     if (b->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, b->descriptor_pool, NULL);
     if (b->decode.layout)

@@ -152,6 +152,9 @@ typedef struct vk_io_layout {
     VkDeviceSize q_bytes, v_bytes, gate_bytes, beta_bytes, a_log_bytes, dt_bias_bytes;
 } vk_io_layout;
 
+/* rssm_batch_verify's window: its pipeline and buffers (vk_window.c). */
+typedef struct vk_window vk_window;
+
 typedef struct vk_batch {
     vk_pool *pool;
     rssm_kernel_params params;
@@ -169,6 +172,7 @@ typedef struct vk_batch {
     VkCommandBuffer step_cmd; /* recorded once, resubmitted every step */
     VkFence step_fence;
     double last_run_seconds;
+    vk_window *window;        /* NULL until the first window */
 } vk_batch;
 
 /* ---- vk_device.c */
@@ -220,6 +224,7 @@ extern const vk_spirv vk_spirv_decode_packed;
 extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
+extern const vk_spirv vk_spirv_window;           /* decode.comp with RSSM_WINDOW: shaders/window.glsl */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 extern const vk_spirv vk_spirv_advance;          /* shaders/advance.comp */
 
@@ -256,6 +261,14 @@ void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
  * descriptors and push constants are bound already. */
 void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
                         uint32_t count, bool flush_only);
+/* The speculative-decode window (shaders/window.glsl, docs/design.md §9):
+ * its shared memory; why it cannot run `p` on this device, or NULL; its
+ * pipeline on a decode pipeline layout, with its workgroups per value head
+ * in *split (RSSM_ERR_UNSUPPORTED with the refusal). */
+size_t vk_window_shared_bytes(const rssm_kernel_params *p);
+const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p);
+rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
+                             VkPipeline *out, uint32_t *split, rssm_error *err);
 /* How many workgroups share a value head in that pipeline, for a batch of
  * max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
 uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows);
@@ -314,13 +327,22 @@ rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count,
 void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, VkBuffer header,
                          VkDeviceSize header_offset, VkDeviceSize header_range);
 
+/* The step arrays' places in a batch's io buffers for p->max_rows rows. */
+void vk_io_layout_init(vk_io_layout *io, const rssm_kernel_params *p, VkDeviceSize align);
+
+/* ---- vk_window.c: rssm_batch_verify's window in one dispatch */
+rssm_status vk_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr, const uint32_t *drafts,
+                            uint32_t t_max, const rssm_step_inputs *in, void *out, uint32_t *first_overflow,
+                            rssm_error *err);
+void vk_window_destroy(vk_ctx *ctx, vk_window *w);
+
 /* ---- vk_layer.c: one layer on the caller's buffers (rssm_layer_record) */
 rssm_status vk_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, rssm_error *err);
 rssm_status vk_layer_create(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, void **layer,
                             rssm_error *err);
 void vk_layer_destroy(void *ctx, void *layer);
 rssm_status vk_layer_record(void *ctx, void *layer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
-                            void *cmd, rssm_error *err);
+                            const rssm_record_window *window, void *cmd, rssm_error *err);
 rssm_status vk_layer_record_advance(void *ctx, void *layer, uint32_t rows, const rssm_buffer *slot_index,
                                     const rssm_buffer *write_pos, const rssm_buffer *force, const rssm_buffer *cursor,
                                     void *cmd, rssm_error *err);

@@ -27,6 +27,12 @@ typedef struct vk_layer {
     VkDescriptorSetLayout advance_set_layout;
     VkPipelineLayout advance_layout;
     VkPipeline advance;
+    /* The speculative-decode window (rssm_layer_record_verify), on the
+     * decode pipeline layout; VK_NULL_HANDLE where the model has no ring or
+     * the device too little shared memory for it (`window_why`). */
+    VkPipeline window;
+    uint32_t window_split;
+    const char *window_why;
 } vk_layer;
 
 /* shaders/advance.comp's push constants. */
@@ -126,6 +132,8 @@ void vk_layer_destroy(void *vctx, void *vlayer)
     if (!l)
         return;
     vk_decode_destroy(ctx, &l->decode);
+    if (l->window)
+        ctx->vk.vkDestroyPipeline(ctx->device, l->window, NULL);
     if (l->decode.layout)
         ctx->vk.vkDestroyPipelineLayout(ctx->device, l->decode.layout, NULL);
     if (l->set_layout)
@@ -210,6 +218,8 @@ rssm_status vk_layer_create(void *vctx, const rssm_kernel_params *p, const rssm_
         st = fold_create(ctx, l, err);
     if (st == RSSM_OK)
         st = advance_create(ctx, l, err);
+    if (st == RSSM_OK && !(l->window_why = vk_window_refusal(ctx, p)))
+        st = vk_window_create(ctx, &vs, p, l->decode.layout, &l->window, &l->window_split, err);
     if (st == RSSM_OK)
         st = vk_check_validation(ctx, err);
     if (st != RSSM_OK) {
@@ -246,9 +256,24 @@ static void barrier(vk_ctx *ctx, VkCommandBuffer cb)
     ctx->vk.vkCmdPipelineBarrier(cb, stages, stages | VK_PIPELINE_STAGE_HOST_BIT, 0, 1, &mb, 0, NULL, 0, NULL);
 }
 
+/* What a recording of the decode pipeline layout binds: the tensors of
+ * `given` (BUF_* order; handle 0: absent) pushed as descriptors and their
+ * offsets into *pc; a step's (or the fold's), or with `drafts` a window's,
+ * whose step arrays span rows * t_max rows and whose force binding holds
+ * drafts. Then the barriers, the overflow words' fill (to `fill`), and
+ * everything but the dispatch. */
+static rssm_status record_bind(vk_ctx *ctx, vk_layer *l, VkCommandBuffer cb, uint32_t rows, uint32_t t_max,
+                               const rssm_buffer given[BUF_COUNT], bool materialise, bool drafts, uint32_t fill,
+                               vk_push *pc, const char *who, rssm_error *err);
+
+static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
+                                 const rssm_layer_buffers *t, VkCommandBuffer cb, rssm_error *err);
+
 rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_layer_buffers *t, bool materialise,
-                            void *cmd, rssm_error *err)
+                            const rssm_record_window *window, void *cmd, rssm_error *err)
 {
+    if (window)
+        return record_verify(vctx, vlayer, rows, window->t_max, &window->drafts, t, (VkCommandBuffer)cmd, err);
     vk_ctx *ctx = vctx;
     vk_layer *l = vlayer;
     VkCommandBuffer cb = (VkCommandBuffer)cmd;
@@ -278,15 +303,59 @@ rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_
         materialise ? fold : t->force,
         materialise ? none : t->overflow,
     };
-    VkDeviceSize ext[BUF_COUNT];
-    uint32_t align[BUF_COUNT];
-    extents(&l->params, &l->shape, rows, ext, align);
     vk_push pc = materialise ? l->fold_push : l->push;
     pc.rows = rows;
+    if ((st = record_bind(ctx, l, cb, rows, 1, given, materialise, false, 0, &pc, who, err)) != RSSM_OK)
+        return st;
+    vk_decode_dispatch(ctx, cb, &l->decode, rows, 0, 1, materialise);
+    barrier(ctx, cb);
+    return vk_check_validation(ctx, err);
+}
+
+/* rssm_layer_record_verify: the window kernel (shaders/window.glsl) on the
+ * decode pipelines' bindings. */
+static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32_t t_max, const rssm_buffer *drafts,
+                                 const rssm_layer_buffers *t, VkCommandBuffer cb, rssm_error *err)
+{
+    rssm_status st = vk_check_validation(ctx, err);
+    if (st != RSSM_OK)
+        return st;
+    static const char who[] = "vulkan: layer record verify";
+    if (!l->window)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: no window kernel for this layer: %s", who,
+                              l->window_why ? l->window_why : "its pipeline was not made");
+    const rssm_buffer none = {0, 0};
+    const bool raw = l->params.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    /* a window has no force: its binding carries drafts (shaders/window.glsl) */
+    const rssm_buffer given[BUF_COUNT] = {
+        t->state, t->ring_d, t->ring_k, t->ring_g, t->q, t->k, t->v, t->gate, t->beta,
+        raw ? t->A_log : none, raw ? t->dt_bias : none, t->out, t->slot_index, t->write_pos, *drafts, t->overflow,
+    };
+    vk_push pc = l->push;
+    pc.rows = rows;
+    pc.rows_word = t_max;
+    /* UINT32_MAX: no overflowing token yet (the kernel takes the minimum) */
+    if ((st = record_bind(ctx, l, cb, rows, t_max, given, false, true, 0xffffffffu, &pc, who, err)) != RSSM_OK)
+        return st;
+    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, l->window);
+    ctx->vk.vkCmdDispatch(cb, l->decode.heads * l->window_split, rows, 1);
+    barrier(ctx, cb);
+    return vk_check_validation(ctx, err);
+}
+
+static rssm_status record_bind(vk_ctx *ctx, vk_layer *l, VkCommandBuffer cb, uint32_t rows, uint32_t t_max,
+                               const rssm_buffer given[BUF_COUNT], bool materialise, bool drafts, uint32_t fill,
+                               vk_push *pc, const char *who, rssm_error *err)
+{
+    const rssm_buffer fold = {(uint64_t)(uintptr_t)l->fold.buffer, 0};
+    VkDeviceSize ext[BUF_COUNT];
+    uint32_t align[BUF_COUNT];
+    extents(&l->params, &l->shape, rows * t_max, ext, align);
+    ext[BUF_SLOT] = ext[BUF_WPOS] = ext[BUF_FORCE] = ext[BUF_OVERFLOW] = (VkDeviceSize)rows * 4;
     uint32_t *const base[BUF_COUNT] = {
-        &pc.base_c,    &pc.base_rd,  &pc.base_rk,   &pc.base_rg,   &pc.base_q,    &pc.base_k,
-        &pc.base_v,    &pc.base_gate, &pc.base_beta, &pc.base_alog, &pc.base_dtb, &pc.base_out,
-        &pc.base_slot, &pc.base_wpos, &pc.base_force, &pc.base_over,
+        &pc->base_c,    &pc->base_rd,   &pc->base_rk,    &pc->base_rg,   &pc->base_q,    &pc->base_k,
+        &pc->base_v,    &pc->base_gate, &pc->base_beta,  &pc->base_alog, &pc->base_dtb,  &pc->base_out,
+        &pc->base_slot, &pc->base_wpos, &pc->base_force, &pc->base_over,
     };
     /* The layer's own buffer stands in for a tensor that is absent (a
      * bound descriptor must name a buffer); the kernels do not read it. */
@@ -303,7 +372,8 @@ rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_
         }
         if (b->offset % align[i] != 0)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %s's offset %llu is not a multiple of %u bytes",
-                                  who, buf_names[i], (unsigned long long)b->offset, align[i]);
+                                  who, drafts && i == BUF_FORCE ? "drafts" : buf_names[i],
+                                  (unsigned long long)b->offset, align[i]);
         if (own) { /* the fold's offsets are in fold_push already */
             info[i] = stand_in;
             continue;
@@ -342,18 +412,16 @@ rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_
     _Static_assert(1 + 13 == BIND_COUNT, "every binding written");
 
     barrier(ctx, cb);
-    /* The flags are only ever set by the kernels: cleared first, after
-     * whatever read them before. */
-    if (pc.base_over != RSSM_VK_NONE) {
+    /* The words are only ever lowered (a window) or set (a step) by the
+     * kernels: filled first, after whatever read them before. */
+    if (pc->base_over != RSSM_VK_NONE) {
         ctx->vk.vkCmdFillBuffer(cb, (VkBuffer)(uintptr_t)given[BUF_OVERFLOW].handle, given[BUF_OVERFLOW].offset,
-                                (VkDeviceSize)rows * 4, 0);
+                                (VkDeviceSize)rows * 4, fill);
         barrier(ctx, cb);
     }
     ctx->vk.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, l->decode.layout, 0, BIND_COUNT, w);
-    ctx->vk.vkCmdPushConstants(cb, l->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
-    vk_decode_dispatch(ctx, cb, &l->decode, rows, 0, 1, materialise);
-    barrier(ctx, cb);
-    return vk_check_validation(ctx, err);
+    ctx->vk.vkCmdPushConstants(cb, l->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof *pc, pc);
+    return RSSM_OK;
 }
 
 rssm_status vk_layer_record_advance(void *vctx, void *vlayer, uint32_t rows, const rssm_buffer *slot_index,

@@ -253,11 +253,11 @@ void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io 
  * do not (replay with L > 1 only); a model that runs the packed module has
  * the one, flush_rows = true. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
-                                   VkPipelineLayout layout, bool flush_rows, uint32_t row_split, VkPipeline *out,
-                                   rssm_error *err)
+                                   VkPipelineLayout layout, bool flush_rows, uint32_t row_split, const vk_spirv *module,
+                                   VkPipeline *out, rssm_error *err)
 {
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
-    const vk_spirv *spv = module_for(ctx, p);
+    const vk_spirv *spv = module ? module : module_for(ctx, p);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
@@ -321,10 +321,10 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
 {
     *d = (vk_decode){.layout = layout, .heads = p->num_v_heads};
     d->split = vk_row_split(ctx, p, p->max_rows, true);
-    rssm_status st = pipeline_create(ctx, shape, p, layout, true, d->split, &d->flush, err);
+    rssm_status st = pipeline_create(ctx, shape, p, layout, true, d->split, NULL, &d->flush, err);
     if (st == RSSM_OK && !vk_runs_packed(p)) {
         d->split_readout = vk_row_split(ctx, p, p->max_rows, false);
-        st = pipeline_create(ctx, shape, p, layout, false, d->split_readout, &d->readout, err);
+        st = pipeline_create(ctx, shape, p, layout, false, d->split_readout, NULL, &d->readout, err);
     }
     return st;
 }
@@ -349,4 +349,33 @@ void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uin
         ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, pipes[i]);
         ctx->vk.vkCmdDispatchBase(cb, 0, 0, first, d->heads * splits[i], rows, count);
     }
+}
+
+/* shaders/window.glsl's shared memory, as it declares it. */
+size_t vk_window_shared_bytes(const rssm_kernel_params *p)
+{
+    const size_t cap = p->ring_cap, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = p->head_k / 4;
+    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * (cap + 1) + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
+}
+
+const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
+{
+    if (p->ring_cap == 0)
+        return "the model has no ring to hold draft tokens";
+    if (vk_window_shared_bytes(p) > ctx->props.limits.maxComputeSharedMemorySize)
+        return "the window kernel's shared memory for this head_k and ring exceeds the device's";
+    return NULL;
+}
+
+rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
+                             VkPipeline *out, uint32_t *split, rssm_error *err)
+{
+    *out = VK_NULL_HANDLE;
+    const char *why = vk_window_refusal(ctx, p);
+    if (why)
+        return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
+    /* split as the read-only rows' pipeline: a window flushes nothing */
+    *split = vk_row_split(ctx, p, p->max_rows, false);
+    return pipeline_create(ctx, shape, p, layout, false, *split, &vk_spirv_window, out, err);
 }

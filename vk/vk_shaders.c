@@ -18,6 +18,11 @@ const vk_spirv vk_spirv_decode_replay = {"decode_replay", decode_replay_words, s
 const vk_spirv vk_spirv_decode_replay_cm_emu = {"decode_replay_cm_emu", decode_replay_cm_emu_words,
                                                 sizeof decode_replay_cm_emu_words};
 
+static const uint32_t window_words[] = {
+#include "window.inc"
+};
+const vk_spirv vk_spirv_window = {"window", window_words, sizeof window_words};
+
 static const uint32_t inplace_words[] = {
 #include "inplace.inc"
 };
