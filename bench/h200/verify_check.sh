@@ -9,14 +9,16 @@
 # 1. `rssm conform --case verify` on the CUDA variants and on Vulkan
 #    (portable and cooperative-matrix kernels) of the same GPU
 #    (VERIFY_BACKENDS replaces the list);
-# 2. tests/test_verify.c on cuda;
-# 3. `rssm bench --verify` on cuda (VERIFY_ARGS replaces its sweep);
-# 4. compute-sanitizer memcheck and racecheck on two verify cases;
+# 2. tests/test_verify.c on cuda (when carried in .devbin/);
+# 3. compute-sanitizer memcheck and racecheck on two verify cases;
+# 4. with PROFILE=1, Nsight Compute on the window kernels of a GDN and a KDA
+#    window at batch 256 (profile.txt);
 # 5. the per-layer window from torch in captured CUDA graphs
 #    (bench/h200/torch_verify.py, TORCH_VERIFY_ARGS adds options; needs
 #    librssm.so.0 in .devbin/; TORCH_VERIFY=0 skips it);
-# 6. with PROFILE=1, Nsight Compute on the window kernels of a GDN and a KDA
-#    window at batch 256 (profile.txt).
+# 6. the Vulkan window on the same GPU: test_verify and test_layer (carried in
+#    .devbin/ when built) and rssm bench --verify on each of VULKAN_VARIANTS;
+# 7. `rssm bench --verify` on cuda (VERIFY_ARGS replaces its sweep).
 # Prints each step's status, the verify tables last.
 set -u -o pipefail
 OUT_DIR=${1:-${OUT:-$PWD/verify-out}}
@@ -59,7 +61,7 @@ at
 
 if [ "${PROFILE:-0}" = 1 ]; then
   for gate in gdn kda; do
-    timeout 200 ncu --clock-control none -k regex:window --launch-skip 6 --launch-count 4 \
+    timeout 200 ncu --clock-control none -k regex:window --launch-skip 20 --launch-count 2 \
       --section SpeedOfLight --section Occupancy --section WarpStateStats --section ComputeWorkloadAnalysis \
       --section InstructionStats --section LaunchStats "$B" bench --backend cuda --gate $gate --state fp32 \
       --batch 256 --ring-len 16 --positions uniform --cycles 1 --verify 4 --accept 100 >>"$OUT_DIR/profile.txt" 2>&1
@@ -78,9 +80,30 @@ if [ "${TORCH_VERIFY:-1}" = 1 ]; then
   at
 fi
 
+# The Vulkan window on this GPU: its tests (the backend's window against the
+# oracle, rssm_layer_record_verify against the cpu backend's rssm_layer_verify)
+# on each of VULKAN_VARIANTS, and rssm bench --verify of each
+# (VULKAN_VERIFY_ARGS; VULKAN_VERIFY=0 skips all of it).
+if [ "${VULKAN_VERIFY:-1}" = 1 ]; then
+  for v in ${VULKAN_VARIANTS:-vulkan vulkan:coopmat}; do
+    for t in test_verify test_layer; do
+      [ -x "$BIN/$t" ] || continue
+      RSSM_TEST_BACKEND=$v RSSM_REQUIRE_BACKENDS=$v timeout 200 "$BIN/$t" >"$OUT_DIR/$t-${v/:/-}.txt" 2>&1
+      echo "== $t on $v: rc $?, $(grep -c '\[       OK \]' "$OUT_DIR/$t-${v/:/-}.txt") passed"
+      grep -E "FAILED|ERROR" "$OUT_DIR/$t-${v/:/-}.txt" | head -5
+    done
+    # shellcheck disable=SC2086 # a list of options
+    timeout 300 "$B" bench --backend "$v" ${VULKAN_VERIFY_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 256 --positions uniform --cycles 3 --verify 4 --accept 100"} \
+      --out "$OUT_DIR/verify-${v/:/-}" >"$OUT_DIR/verify-${v/:/-}.txt" 2>&1
+    echo "== rssm bench --backend $v --verify: rc $?"
+    at
+  done
+fi
+
 # shellcheck disable=SC2086 # ARGS is a list of options
 timeout 400 "$B" bench --backend cuda $ARGS --out "$OUT_DIR/verify" >"$OUT_DIR/verify.txt" 2>&1
 echo "== rssm bench --backend cuda $ARGS: rc $?"
 at
 cat "$OUT_DIR/verify.txt"
+for f in "$OUT_DIR"/verify-vulkan*.txt; do [ -f "$f" ] && grep -E "^(gdn|kda) " "$f"; done
 [ -f "$OUT_DIR/torch_verify.txt" ] && tail -60 "$OUT_DIR/torch_verify.txt"
