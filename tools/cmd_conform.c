@@ -29,12 +29,13 @@ static void help(void)
            "Runs seeded decode traces through every backend and variant built in, replay and\n"
            "packed, and compares outputs (all steps) and the final true states against a\n"
            "float64 oracle by relative L2 error. Outputs are poisoned with NaN before every\n"
-           "step; NaN never passes. A backend that cannot start, or does not support a case,\n"
-           "is reported as SKIP with the reason; a name that runs the same kernels as an\n"
-           "earlier one on the same device (\"vulkan\" without cooperative matrices runs\n"
-           "\"vulkan:portable\") is checked once, under the earlier name. Exit status: 0 if\n"
-           "nothing failed, 1 if any case failed, 2 on a usage error (an unknown option,\n"
-           "backend name or trace directory).\n"
+           "step; NaN never passes. A backend of the default list that cannot start here, or\n"
+           "one that does not support a case, is reported as SKIP with the reason; a name\n"
+           "that runs the same kernels as an earlier one on the same device (\"vulkan\"\n"
+           "without cooperative matrices runs \"vulkan:portable\") is checked once, under\n"
+           "the earlier name. Exit status: 0 if nothing failed, 1 if any case failed, 2 on a\n"
+           "usage error (an unknown option, backend name or trace directory, a count out of\n"
+           "range, or a --backend that cannot start here: not built in, or no device).\n"
            "\n"
            "options:\n"
            "  --backend NAME   run on NAME only (repeatable; default: every backend built in)\n"
@@ -430,6 +431,10 @@ int cmd_conform(int argc, char **argv)
         } else if ((k = cli_value(cmd, argc, argv, &i, "--steps", &v)) != 0) {
             if (k < 0 || !cli_u32(cmd, "--steps", v, &opt.steps))
                 return CLI_USAGE;
+            if (opt.steps < 4) { /* 0 is the cases' own count inside, never a user's */
+                fprintf(stderr, "rssm conform: --steps must be >= 4\n");
+                return CLI_USAGE;
+            }
         } else if ((k = cli_value(cmd, argc, argv, &i, "--layers", &v)) != 0) {
             if (k < 0 || !cli_u32(cmd, "--layers", v, &opt.layers))
                 return CLI_USAGE;
@@ -467,10 +472,6 @@ int cmd_conform(int argc, char **argv)
         opt.head_div = 4;
         if (!opt.layers)
             opt.layers = 1;
-    }
-    if (opt.steps != 0 && opt.steps < 4) {
-        fprintf(stderr, "rssm conform: --steps must be >= 4\n");
-        return CLI_USAGE;
     }
     if (trace_dir && (dump_dir || nf)) {
         fprintf(stderr, "rssm conform: --trace cannot be combined with --dump or --case\n");
@@ -525,10 +526,14 @@ int cmd_conform(int argc, char **argv)
     }
 
     /* Start every backend once, up front. A name rssm does not know is a
-     * usage error; one that cannot start here is one SKIP line; one that
-     * runs the very kernels of an earlier one on the same device is checked
-     * once, under the earlier name, and says so. */
+     * usage error, and so is one named by --backend that cannot start here
+     * (not built in, no device): whoever names a backend wants it checked,
+     * and a run of skips that exits 0 would read as a pass. Of the default
+     * list, one that cannot start is one SKIP line. One that runs the very
+     * kernels of an earlier one on the same device is checked once, under
+     * the earlier name, and says so. */
     backend_slot bs[MAX_BACKENDS];
+    const int named = nb > 0;
     if (nb == 0) {
         for (size_t i = 0; i < rssm_backend_name_count() && nb < MAX_BACKENDS; i++)
             backends[nb++] = rssm_backend_name_at(i);
@@ -538,8 +543,9 @@ int cmd_conform(int argc, char **argv)
         bs[i].b = NULL;
         bs[i].why[0] = '\0';
         rssm_status st = rssm_backend_create(backends[i], &bs[i].b, &err);
-        if (st == RSSM_ERR_INVALID_ARGUMENT) {
-            fprintf(stderr, "rssm conform: --backend %s: %s\n", backends[i], err.message);
+        if (st == RSSM_ERR_INVALID_ARGUMENT || (st != RSSM_OK && named)) {
+            fprintf(stderr, "rssm conform: --backend %s: %s%s\n", backends[i],
+                    st == RSSM_ERR_INVALID_ARGUMENT ? "" : "cannot start here: ", err.message);
             for (size_t j = 0; j < i; j++)
                 rssm_backend_destroy(&bs[j].b);
             rh_prepared_free(&trace_case);
