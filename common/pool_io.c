@@ -121,9 +121,17 @@ static rssm_status pool_import_unlocked(rssm_pool *p, uint32_t slot, const void 
     if (h.write_pos >= want.ring_len)
         return rssm_set_error(err, RSSM_ERR_FORMAT, "import: write_pos %u is not below the ring length %u",
                               h.write_pos, want.ring_len);
-    if (h.payload_bytes != want.payload_bytes || size != sizeof h + p->layout.slot_bytes)
-        return rssm_set_error(err, RSSM_ERR_FORMAT, "import: %zu bytes given, %zu expected (truncated?)", size,
-                              sizeof h + p->layout.slot_bytes);
+    /* Two different faults, said apart: a header that describes another
+     * payload (damaged or edited), and a buffer cut short or padded. */
+    if (h.payload_bytes != want.payload_bytes)
+        return rssm_set_error(err, RSSM_ERR_FORMAT,
+                              "import: the header's payload_bytes is %llu, this pool's slots hold %llu "
+                              "(damaged header?)",
+                              (unsigned long long)h.payload_bytes, (unsigned long long)want.payload_bytes);
+    if (size != sizeof h + p->layout.slot_bytes)
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "import: %zu bytes given, %zu expected (%s)", size,
+                              sizeof h + p->layout.slot_bytes,
+                              size < sizeof h + p->layout.slot_bytes ? "truncated?" : "trailing bytes?");
     const uint8_t *payload = (const uint8_t *)bytes + sizeof h;
     if (checksum(h, payload, p->layout.slot_bytes) != h.checksum)
         return rssm_set_error(err, RSSM_ERR_FORMAT, "import: payload checksum mismatch (corrupted bytes)");

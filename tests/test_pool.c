@@ -597,7 +597,16 @@ static void test_import_rejects_bad_bytes(void **state)
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         memcpy(bad, good, xs + 16);
         TS_EXPECT(rssm_pool_import(e.pool, 1, bad, sizes[i], &err), RSSM_ERR_FORMAT, &err);
+        if (sizes[i] >= 80) /* past the header: says which way the size is off */
+            assert_non_null(strstr(err.message, sizes[i] < xs ? "truncated?" : "trailing bytes?"));
     }
+    /* A header whose payload_bytes (the u64 at byte 64 of the 80-byte
+     * header, common/pool_io.c) describes another payload is named as
+     * such, not as a size mismatch of equal numbers. */
+    memcpy(bad, good, xs);
+    bad[64] ^= 0x10;
+    TS_EXPECT(rssm_pool_import(e.pool, 1, bad, xs, &err), RSSM_ERR_FORMAT, &err);
+    assert_non_null(strstr(err.message, "payload_bytes"));
     /* Every byte of the magic. */
     for (size_t i = 0; i < 4; i++) {
         memcpy(bad, good, xs);

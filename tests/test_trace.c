@@ -221,6 +221,11 @@ static void test_npy_malformed(void **state)
     assert_non_null(strstr(err.message, "a.npy"));
     remove(path);
     assert_int_equal(rh_npy_read(path, &a, &err), RSSM_ERR_IO);
+    /* a directory where the file should be: named as such, not a huge size */
+    assert_int_equal(mkdir(path, 0700), 0);
+    assert_int_equal(rh_npy_read(path, &a, &err), RSSM_ERR_IO);
+    assert_non_null(strstr(err.message, "not a regular file"));
+    rmdir(path);
     remove_dir(dir);
 }
 

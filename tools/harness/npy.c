@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 static const char magic[6] = {'\x93', 'N', 'U', 'M', 'P', 'Y'};
 
@@ -257,6 +258,12 @@ rssm_status rh_npy_read(const char *path, rh_npy *out, rssm_error *err)
     FILE *f = fopen(path, "rb");
     if (!f)
         return rssm_set_error(err, RSSM_ERR_IO, "%s: %s", path, strerror(errno));
+    /* a directory opens for reading on Linux, and its "size" is LONG_MAX */
+    struct stat sb;
+    if (fstat(fileno(f), &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        fclose(f);
+        return rssm_set_error(err, RSSM_ERR_IO, "%s: not a regular file (a .npy file is expected here)", path);
+    }
     rssm_status st = RSSM_OK;
     unsigned char *buf = NULL;
     long size = -1;
