@@ -1,7 +1,10 @@
 #!/usr/bin/env python3
-"""Plots `rssm bench --out` JSON files: µs per step per layer of the packed and
-the replay decode against batch, one panel per (gate, state dtype), one colour
-per backend, solid = packed, dashed = replay (uniform ring positions).
+"""Plots `rssm bench --out` JSON files: µs per step per layer (a step's µs
+over its layers) of the packed and the replay decode against batch, one panel
+per (gate, state dtype), one colour per backend, solid = packed, dashed =
+replay (uniform ring positions); a point whose ratio to a physical bound is
+above 100% (above_bound: a cache served the state, or the timing is off) is
+drawn hollow.
 
 usage: plot_bench.py OUT.png BENCH.json [BENCH.json ...]
 """
@@ -12,6 +15,12 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+
+def per_layer(row, kind):
+    """µs per step per layer: the JSON's own figure, or (older files) the
+    step's over its layers."""
+    return row.get(f"{kind}_layer_us") or row[f"{kind}_us"] / row["layers"]
 
 
 def main(argv):
@@ -37,8 +46,12 @@ def main(argv):
                 b = [r["batch"] for r in sel]
                 colour = "C%d" % i
                 label = "%s L=%d" % (run["backend"], L)
-                ax.plot(b, [r["packed_us"] for r in sel], "-o", color=colour, label=label + " packed")
-                ax.plot(b, [r["replay_us"] for r in sel], "--s", color=colour, label=label + " replay")
+                for kind, style, marker in (("packed", "-", "o"), ("replay", "--", "s")):
+                    y = [per_layer(r, kind) for r in sel]
+                    ax.plot(b, y, style + marker, color=colour, label=f"{label} {kind}")
+                    flagged = [(x, v) for x, v, r in zip(b, y, sel) if r.get("above_bound")]
+                    if flagged:
+                        ax.plot(*zip(*flagged), marker, color="white", markeredgecolor=colour, linestyle="none")
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
         ax.set_xlabel("batch (rows)")
@@ -46,7 +59,8 @@ def main(argv):
         ax.set_title("%s, %s state" % (gate.upper(), state))
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7)
-    fig.suptitle("rssm bench: packed (solid) and replay (dashed), uniform ring positions", fontsize=10)
+    fig.suptitle("rssm bench, per layer: packed (solid) and replay (dashed), uniform ring positions; "
+                 "hollow: above a physical bound", fontsize=10)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     print("wrote " + out)
