@@ -17,6 +17,7 @@
 #include <string.h>
 #include <pthread.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_BACKENDS 16
@@ -178,9 +179,53 @@ typedef struct suite {
     int io_error;
     unsigned tokens;
     tally t;
+    /* Progress (on stderr, every PROGRESS_S): rows print in case order once
+     * every backend has run a case, so a slow backend (lavapipe compiling
+     * its first pipelines) would otherwise leave the screen blank for
+     * minutes. Per backend: cases done, and the one it is running. */
+    size_t done[MAX_BACKENDS];
+    const char *current[MAX_BACKENDS];
+    int finished;
     pthread_mutex_t lock;
     pthread_cond_t changed;
 } suite;
+
+#define PROGRESS_S 20
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Prints what every backend is doing every PROGRESS_S seconds until the
+ * suite is finished. */
+static void *progress_worker(void *arg)
+{
+    suite *s = arg;
+    const double t0 = now_s();
+    pthread_mutex_lock(&s->lock);
+    while (!s->finished) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += PROGRESS_S;
+        while (!s->finished && pthread_cond_timedwait(&s->changed, &s->lock, &until) == 0) {
+        }
+        if (s->finished)
+            break;
+        char line[1024];
+        int n = snprintf(line, sizeof line, "rssm conform: %.0f s:", now_s() - t0);
+        for (size_t i = 0; i < s->nb && n > 0 && (size_t)n < sizeof line; i++)
+            if (s->bs[i].b)
+                n += snprintf(line + n, sizeof line - (size_t)n, "%s %s %zu/%zu%s%s%s", i ? ";" : "", s->bs[i].name,
+                              s->done[i], s->ncases, s->current[i] ? " (running " : "",
+                              s->current[i] ? s->current[i] : "", s->current[i] ? ")" : "");
+        fprintf(stderr, "%s\n", line);
+    }
+    pthread_mutex_unlock(&s->lock);
+    return NULL;
+}
 
 static void take_token(suite *s)
 {
@@ -274,13 +319,16 @@ static void *backend_worker(void *arg)
         suite_case *sc = &s->cases[c];
         if (sc->state == CASE_READY) {
             take_token(s);
+            s->current[w->backend] = sc->c->name;
             pthread_mutex_unlock(&s->lock);
             rh_result r;
             rh_run_case(&sc->p, b->b, b->other, &r, NULL);
             pthread_mutex_lock(&s->lock);
+            s->current[w->backend] = NULL;
             give_token(s);
             sc->results[w->backend] = r;
         }
+        s->done[w->backend]++;
         done_case(s, c);
     }
     pthread_mutex_unlock(&s->lock);
@@ -305,6 +353,12 @@ static int run_suite(suite *s)
     s->live_cap = MAX_LIVE;
     pthread_mutex_init(&s->lock, NULL);
     pthread_cond_init(&s->changed, NULL);
+    fprintf(stderr,
+            "rssm conform: %zu case(s) on %zu backend(s); a case's rows print once every backend has run it, "
+            "progress every %d s here\n",
+            s->ncases, started, PROGRESS_S);
+    pthread_t ticker;
+    const int ticking = pthread_create(&ticker, NULL, progress_worker, s) == 0;
     suite_worker w[MAX_BACKENDS];
     pthread_t th[MAX_BACKENDS];
     int running[MAX_BACKENDS] = {0};
@@ -339,6 +393,12 @@ static int run_suite(suite *s)
     for (size_t i = 0; i < nw; i++)
         if (running[i])
             pthread_join(th[i], NULL);
+    pthread_mutex_lock(&s->lock);
+    s->finished = 1;
+    pthread_cond_broadcast(&s->changed);
+    pthread_mutex_unlock(&s->lock);
+    if (ticking)
+        pthread_join(ticker, NULL);
     pthread_cond_destroy(&s->changed);
     pthread_mutex_destroy(&s->lock);
     for (size_t c = 0; c < s->ncases; c++)
