@@ -33,7 +33,7 @@
  *    append of d. The tile is never written back: a window has no flush.
  *
  * On the H200 a window reads the state once (a window of 4 tokens costs
- * about 0.7-0.9x its 4 steps at batch 256, one of 8 0.5-0.6x) but is far
+ * 0.62-0.73x its 4 steps at batch 256, one of 8 0.47-0.54x) but is far
  * from the state stream alone (bench/results/h200_verify/notes.md, with the
  * designs tried): the coefficient kernel is bound by its instructions (a
  * decay walk per channel and token, one reduce-scatter per warp and
