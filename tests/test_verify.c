@@ -545,7 +545,18 @@ static void backend_window(void **state)
     float *got = malloc(per_row * LAYERS * sizeof *got);
     uint32_t first[R];
     assert_true(out && ref && got);
-    TS_OK(be->ops->batch_verify(be->ctx, f.env.batch->dev, R, hdr, drafts, T, &w.in, out, first, &err), &err);
+    rssm_status st = be->ops->batch_verify(be->ctx, f.env.batch->dev, R, hdr, drafts, T, &w.in, out, first, &err);
+    if (vulkan && st == RSSM_ERR_UNSUPPORTED && strstr(err.message, "on a GPU")) {
+        /* handed back on a GPU device (vk_window.c says why); the
+         * per-token path is every other test's */
+        free(got);
+        free(out);
+        free(ref);
+        ts_window_free(&w);
+        fixture_close(&f);
+        skip();
+    }
+    TS_OK(st, &err);
     for (uint32_t r = 0; r < R; r++) {
         assert_int_equal(first[r], r == HOT_ROW ? (uint32_t)HOT : UINT32_MAX);
         TS_OK(rssm_oracle_copy(f.oracle, slots[r], SPARE(slots[r]), &err), &err);

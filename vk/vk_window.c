@@ -132,8 +132,14 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
     if (st != RSSM_OK)
         return st;
     /* Handed back before anything changed: common code runs it one step
-     * per token. */
-    const char *why = vk_window_refusal(ctx, &b->params);
+     * per token. On a GPU too, as measured: the one-dispatch window costs
+     * 0.51x its T steps on lavapipe but 21x on an H200 (its per-token
+     * chains of subgroup reductions, bench/results/h200_verify/notes.md),
+     * so rssm's own pool takes it on CPU devices only until it is
+     * rewritten for GPUs. */
+    const char *why = !vk_cpu_device(ctx)
+                          ? "on a GPU the window kernel measured slower than its steps"
+                          : vk_window_refusal(ctx, &b->params);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: this window runs one step per token: %s", why);
     if ((st = reserve(ctx, b, rows * t_max, err)) != RSSM_OK)

@@ -92,9 +92,9 @@ if [ "${VULKAN_VERIFY:-1}" = 1 ]; then
       echo "== $t on $v: rc $?, $(grep -c '\[       OK \]' "$OUT_DIR/$t-${v/:/-}.txt") passed"
       grep -E "FAILED|ERROR" "$OUT_DIR/$t-${v/:/-}.txt" | head -5
     done
+    vargs=${VULKAN_VERIFY_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 256 --positions uniform --cycles 3 --verify 4 --accept 100"}
     # shellcheck disable=SC2086 # a list of options
-    timeout 300 "$B" bench --backend "$v" ${VULKAN_VERIFY_ARGS:-"--gate gdn,kda --state fp32 --ring-len 16 --batch 256 --positions uniform --cycles 3 --verify 4 --accept 100"} \
-      --out "$OUT_DIR/verify-${v/:/-}" >"$OUT_DIR/verify-${v/:/-}.txt" 2>&1
+    timeout 300 "$B" bench --backend "$v" $vargs --out "$OUT_DIR/verify-${v/:/-}" >"$OUT_DIR/verify-${v/:/-}.txt" 2>&1
     echo "== rssm bench --backend $v --verify: rc $?"
     at
   done
