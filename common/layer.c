@@ -373,6 +373,26 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
     return b->ops->layer_materialise(b->ctx, l->dev, &io, stream, err);
 }
 
+/* rssm_layer_record, rssm_layer_record_materialise and (with `window`)
+ * rssm_layer_record_verify: the same checks on buffers, the backend's one
+ * recording of a step, of the fold or of a window. */
+static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
+                          bool materialise, const rssm_record_window *window, const char *who, rssm_error *err)
+{
+    if (!l || !t || !command_buffer)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
+                              who);
+    rssm_status st = takes(l, true, who, err);
+    bool present[T_COUNT], run = false;
+    buffers_present(t, present);
+    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
+        return st;
+    if (window && !window->drafts.handle)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: drafts must not be a 0 handle", who);
+    rssm_backend *b = l->backend;
+    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, window, command_buffer, err);
+}
+
 /* What rssm_layer_verify and rssm_layer_record_verify check alike, after
  * the entry's own presence: t_max, the token-major rows, no force. */
 static rssm_status check_window(const rssm_layer *l, uint32_t rows, uint32_t t_max, bool force, const char *who,
@@ -432,14 +452,8 @@ rssm_status rssm_layer_record_verify(rssm_layer *l, uint32_t rows, uint32_t t_ma
     rssm_status st = check_window(l, rows, t_max, t->force.handle != 0, who, err);
     if (st != RSSM_OK)
         return st;
-    bool present[T_COUNT], run = false;
-    buffers_present(t, present);
-    if ((st = check_call(l, rows, present, false, who, &run, err)) != RSSM_OK || !run)
-        return st;
-    if (!drafts.handle)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: drafts must not be a 0 handle", who);
     const rssm_record_window window = {t_max, drafts};
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, false, &window, command_buffer, err);
+    return record(l, rows, t, command_buffer, false, &window, who, err);
 }
 
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
@@ -462,33 +476,16 @@ rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot
     return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
 }
 
-/* rssm_layer_record and rssm_layer_record_materialise: the same checks on
- * buffers, the backend's one recording of a step or of the fold. */
-static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
-                          bool materialise, const char *who, rssm_error *err)
-{
-    if (!l || !t || !command_buffer)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
-                              who);
-    rssm_status st = takes(l, true, who, err);
-    bool present[T_COUNT], run = false;
-    buffers_present(t, present);
-    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
-        return st;
-    rssm_backend *b = l->backend;
-    return b->ops->layer_record(b->ctx, l->dev, rows, t, materialise, NULL, command_buffer, err);
-}
-
 rssm_status rssm_layer_record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t, void *command_buffer,
                               rssm_error *err)
 {
-    return record(l, rows, t, command_buffer, false, "layer record", err);
+    return record(l, rows, t, command_buffer, false, NULL, "layer record", err);
 }
 
 rssm_status rssm_layer_record_materialise(rssm_layer *l, uint32_t rows, const rssm_layer_buffers *t,
                                           void *command_buffer, rssm_error *err)
 {
-    return record(l, rows, t, command_buffer, true, "layer record materialise", err);
+    return record(l, rows, t, command_buffer, true, NULL, "layer record materialise", err);
 }
 
 rssm_status rssm_layer_record_advance(rssm_layer *l, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,

@@ -484,7 +484,8 @@ static void overflowing_token(void **state)
 
 /* The backend's own window (backend.h batch_verify), called directly so
  * that common code's one-step-per-token fallback cannot stand in for it:
- * the vulkan backend must have one and run it, and every backend that has
+ * the vulkan backend must have one and run it (on a CPU device: a GPU
+ * hands its windows back, vk/vk_window.c), and every backend that has
  * one gives each token its oracle output, and per row the first token whose
  * fp16 ring entry overflowed (UINT32_MAX for none); rows of different
  * window sizes from different ring positions, KDA with bf16 state. */

@@ -54,7 +54,7 @@ def main(argv):
                     continue
                 key = (r["gate"], r["state_dtype"], r["ring_len"], r["batch"])
                 for kind in ("packed", "replay"):
-                    us = r.get(f"{kind}_layer_us") or r[f"{kind}_us"] / r["layers"]
+                    us = r[f"{kind}_layer_us"]
                     shapes.setdefault(key, {}).setdefault(kind, []).append((us, run["backend"], r.get("above_bound")))
                 if r.get("above_bound"):
                     flagged.append(f"{run['backend']} {r['gate']} {r['state_dtype']} L={r['ring_len']} B={r['batch']}")

@@ -158,11 +158,35 @@ def copy_gbs(timer):
     return 2 * 4 * n / (us * 1e-6) / 1e9
 
 
-def time_shape(gate, state_dtype, B, args, timer, gen):
-    """Every kind of args.kinds for one shape; us per step per layer."""
+def layers_for(gate, state_dtype, B, state_mib):
+    """How many layers (tensor sets) one step runs so that it touches at least
+    state_mib MiB of state."""
     H, HV, K, V = SHAPES[gate]
     per_layer = B * HV * V * K * (4 if state_dtype == "fp32" else 2)
-    layers = max(1, math.ceil(args.state_mib * (1 << 20) / per_layer))
+    return max(1, math.ceil(state_mib * (1 << 20) / per_layer))
+
+
+def common_args(ap, batches, warmup):
+    """The options this harness and bench/h200/torch_verify.py share."""
+    lst = lambda s: [x for x in s.split(",") if x]
+    ap.add_argument("--gates", type=lst, default=["gdn", "kda"])
+    ap.add_argument("--states", type=lst, default=["fp32", "bf16"])
+    ap.add_argument("--batches", type=lambda s: [int(x) for x in lst(s)], default=batches)
+    ap.add_argument("--backend", default="cuda", help="rssm backend name (default cuda: the plan's kernels)")
+    ap.add_argument("--ring-dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
+                    help="ring dtype (default bf16, vLLM's and SGLang's)")
+    ap.add_argument("--state-mib", type=int, default=256, help="state touched per step, MiB (default 256)")
+    ap.add_argument("--reps", type=int, default=10, help="timed replays per graph (median; default 10)")
+    ap.add_argument("--warmup", type=float, default=warmup,
+                    help=f"untimed replays of each graph after the first, seconds (default {warmup})")
+    ap.add_argument("--tag", default="", help="suffix of the output files")
+    ap.add_argument("--out", default=os.environ.get("OUT", "."))
+    return lst
+
+
+def time_shape(gate, state_dtype, B, args, timer, gen):
+    """Every kind of args.kinds for one shape; us per step per layer."""
+    layers = layers_for(gate, state_dtype, B, args.state_mib)
     ts = [LayerTensors(gate, state_dtype, args.ring_dtype, B, 1 if args.inputs == "same" else L, gen)
           for _ in range(layers)]
     idx = (torch.randperm(B, device="cuda", generator=gen) if args.slots == "random"
@@ -239,18 +263,8 @@ def cli_rows(args, gate, state_dtype):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    lst = lambda s: [x for x in s.split(",") if x]
-    ap.add_argument("--gates", type=lst, default=["gdn", "kda"])
-    ap.add_argument("--states", type=lst, default=["fp32", "bf16"])
-    ap.add_argument("--batches", type=lambda s: [int(x) for x in lst(s)], default=[1, 16, 64, 128, 256, 512])
+    lst = common_args(ap, [1, 16, 64, 128, 256, 512], WARMUP_S)
     ap.add_argument("--kinds", type=lst, default=list(KINDS), help=f"what to time (default all: {','.join(KINDS)})")
-    ap.add_argument("--backend", default="cuda", help="rssm backend name (default cuda: the plan's kernels)")
-    ap.add_argument("--ring-dtype", default="bf16", choices=("bf16", "fp16", "fp32"),
-                    help="ring dtype (default bf16, vLLM's and SGLang's)")
-    ap.add_argument("--state-mib", type=int, default=256, help="state touched per step, MiB (default 256)")
-    ap.add_argument("--reps", type=int, default=10, help="timed replays per graph (median; default 10)")
-    ap.add_argument("--warmup", type=float, default=WARMUP_S,
-                    help=f"untimed replays of each graph after the first, seconds (default {WARMUP_S})")
     ap.add_argument("--slots", choices=("random", "ordered"), default="random",
                     help="rows on a random permutation of the slots (default) or in order")
     ap.add_argument("--inputs", choices=("fresh", "same"), default="fresh",
@@ -259,8 +273,6 @@ def main() -> int:
                     help="ring position of the eager step before capture (for a profiler's first launches)")
     ap.add_argument("--sm-limit", type=int, default=0, help="plan for N multiprocessors (rssm_backend_limit_sms)")
     ap.add_argument("--cli", help="the rssm CLI of the same build: also time the shapes with rssm bench")
-    ap.add_argument("--tag", default="", help="suffix of the output files")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     for k in args.kinds:
         if k not in KINDS:

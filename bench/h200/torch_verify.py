@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import sys
 import time
@@ -38,7 +37,7 @@ import time
 import torch
 
 import rssm
-from torch_graph import DTYPES, L, SHAPES, LayerTensors, Timer, copy_gbs, uniform
+from torch_graph import DTYPES, L, SHAPES, LayerTensors, Timer, common_args, copy_gbs, layers_for, uniform
 
 
 def window_layer(gate, state_dtype, ring_dtype, B, T, backend):
@@ -64,8 +63,7 @@ def positions(T):
 def time_shape(gate, state_dtype, B, Ts, args, timer, gen):
     H, HV, K, V = SHAPES[gate]
     G = K if gate == "kda" else 1
-    per_layer = B * HV * V * K * (4 if state_dtype == "fp32" else 2)
-    layers = max(1, math.ceil(args.state_mib * (1 << 20) / per_layer))
+    layers = layers_for(gate, state_dtype, B, args.state_mib)
     ts = [LayerTensors(gate, state_dtype, args.ring_dtype, B, L, gen) for _ in range(layers)]
     idx = torch.randperm(B, device="cuda", generator=gen).to(torch.int32)
     zero = torch.zeros(B, dtype=torch.int32, device="cuda")
@@ -114,19 +112,9 @@ def time_shape(gate, state_dtype, B, Ts, args, timer, gen):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    lst = lambda s: [x for x in s.split(",") if x]
-    ap.add_argument("--gates", type=lst, default=["gdn", "kda"])
-    ap.add_argument("--states", type=lst, default=["fp32", "bf16"])
-    ap.add_argument("--batches", type=lambda s: [int(x) for x in lst(s)], default=[1, 16, 64, 256])
+    lst = common_args(ap, [1, 16, 64, 256], 0.3)
     ap.add_argument("--drafts", type=lambda s: [int(x) for x in lst(s)], default=[2, 4, 8],
                     help="window lengths T (default 2,4,8; at most L - 1)")
-    ap.add_argument("--backend", default="cuda")
-    ap.add_argument("--ring-dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
-    ap.add_argument("--state-mib", type=int, default=256, help="state touched per step, MiB (default 256)")
-    ap.add_argument("--reps", type=int, default=10, help="timed replays per graph (median; default 10)")
-    ap.add_argument("--warmup", type=float, default=0.3, help="untimed replays of each later graph, seconds")
-    ap.add_argument("--tag", default="")
-    ap.add_argument("--out", default=os.environ.get("OUT", "."))
     args = ap.parse_args()
     for T in args.drafts:
         if not 1 <= T <= L - 1:
