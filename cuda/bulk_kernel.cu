@@ -46,15 +46,12 @@
 
 #include <cuda_runtime.h>
 
-#include "kernel_common.cuh"
+#include "bulk_common.cuh"
 
 namespace {
 
-using namespace rssm_kc;
+using namespace rssm_bulk;
 
-constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
-constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING;
-constexpr int kConsumers = 8;
 /* Coefficient warps per CTA. What bounds their rate is how many units'
  * coefficients may be in flight (kCoefBufs; each takes a few microseconds
  * of memory latency), not the warps; more than 12 warps a CTA would cap
@@ -62,10 +59,6 @@ constexpr int kConsumers = 8;
 constexpr int kCoefWarps = 3;
 constexpr int kThreads = 32 * (kConsumers + kCoefWarps + 1);
 constexpr int kProducerWarp = kConsumers + kCoefWarps;
-/* Four 16 KiB stages (64 KiB in flight per SM) cover the memory latency;
- * more only lengthen the queues that the coefficient warps' small loads
- * wait in, and leave less shared memory for coefficient buffers. */
-constexpr int kStages = 4;
 /* At least kCoefWarps: a coefficient warp then never waits on a buffer
  * phase more than one ahead of the consumers (mbarrier parity waits).
  * Eight: a unit's coefficients can start only when the unit kCoefBufs
@@ -74,10 +67,6 @@ constexpr int kStages = 4;
 constexpr int kCoefBufs = 8;
 static_assert(kCoefBufs >= kCoefWarps, "parity waits need kCoefBufs >= kCoefWarps");
 
-/* One stage: a checkpoint tile, one bulk copy. */
-constexpr int kTileBytes = 16384;
-constexpr int kStageBytes = kTileBytes;
-
 /* One coefficient buffer: the floats below, then the unit's ring d entries
  * [n][V] and its v [V], each moved by one bulk copy per unit (small copies
  * per stage cost the copy engine more than their bytes). */
@@ -85,23 +74,9 @@ constexpr int kCoAQ = 0, kCoAK = kMaxK, kCoAG = 2 * kMaxK, kCoKV = 3 * kMaxK;
 constexpr int kCoCQ = 4 * kMaxK, kCoCK = kCoCQ + kJ, kCoMisc = kCoCK + kJ, kCoKG = kCoMisc + 4;
 constexpr int kCoFloats = kCoKG + kJ * kMaxK;
 static_assert(kCoKG % 4 == 0, "16-byte aligned kg rows");
-constexpr int kCoDBytes = 8192, kCoVBytes = 1024;
 constexpr int kCoBytes = kCoFloats * 4 + kCoDBytes + kCoVBytes;
 static_assert(kCoBytes % 16 == 0, "16-byte aligned buffers");
 
-/* What the producer tells the consumers about a stage; flush is a
- * row_meta_flag. */
-struct StageMeta {
-    uint32_t slot, n, flush, unit;
-};
-
-/* The unit queue: the producer publishes the CTA's units kLead ahead of
- * the one it loads, through kUq slots (see Schedule). The lead is small: a
- * CTA commits to the units it has published, so the imbalance between SMs
- * at the end of a launch grows with it. */
-constexpr int kLead = 4;
-constexpr int kUq = 32;
-constexpr uint32_t kNoUnit = 0xffffffffu;
 static_assert(kLead + kCoefWarps <= kUq - kStages, "a queue slot is reused only after its unit is consumed");
 
 constexpr size_t kSmemStages = (size_t)kStages * kStageBytes;
@@ -116,231 +91,12 @@ struct BArgs {
     rssm_cuda_buffers b;
 };
 
-/* ------------------------------------------- mbarriers and bulk copies */
-
-__device__ __forceinline__ uint32_t smem_addr(const void *p) { return (uint32_t)__cvta_generic_to_shared(p); }
-
-__device__ __forceinline__ void bar_init(uint64_t *b, uint32_t count)
-{
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(count) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive(uint64_t *b)
-{
-    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(smem_addr(b)) : "memory");
-}
-
-__device__ __forceinline__ void bar_expect_tx(uint64_t *b, uint32_t bytes)
-{
-    asm volatile("mbarrier.expect_tx.shared::cta.b64 [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes) : "memory");
-}
-
-__device__ __forceinline__ void bar_arrive_tx(uint64_t *b, uint32_t bytes)
-{
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(smem_addr(b)), "r"(bytes)
-                 : "memory");
-}
-
-/* Waits until the phase of parity `parity` has completed. */
-__device__ __forceinline__ void bar_wait(uint64_t *b, uint32_t parity)
-{
-    asm volatile("{\n"
-                 ".reg .pred done;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
-                 "@!done bra WAIT;\n"
-                 "}\n" ::"r"(smem_addr(b)),
-                 "r"(parity)
-                 : "memory");
-}
-
-/* `bytes` (a multiple of 16, both addresses 16-byte aligned) global ->
- * shared, completing as transaction bytes on `bar`. Everything a stage loads
- * is read once per visit of its slot, and hundreds of MiB of other slots
- * pass between visits: evict it first from L2. */
-__device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t bytes, uint64_t *bar, uint64_t policy)
-{
-    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint"
-                 " [%0], [%1], %2, [%3], %4;\n" ::"r"(smem_addr(dst)),
-                 "l"(src), "r"(bytes), "r"(smem_addr(bar)), "l"(policy)
-                 : "memory");
-}
-
-__device__ __forceinline__ uint64_t evict_first_policy()
-{
-    uint64_t policy;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(policy));
-    return policy;
-}
-
 __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const rssm_layer_io &io)
 {
     return launch_rows(p, io) * p.num_v_heads;
 }
 
 /* ---------------------------------------------------------- the roles */
-
-/* The geometry of a stage for state dtype ST: RC value rows (16 KiB at
- * K = 128), RW of them per warp of the consumer group that takes it.
- * fp32 state: the consumer warps split into two groups that take alternate
- * stages, so one stage's latency (shared-memory loads, the row sums'
- * shuffles, the stores) overlaps the other's; 8 rows per warp. bf16 state
- * (twice the rows per stage): one group, 8 rows per warp; two groups would
- * give a warp 16 rows, slower for its registers (h200_notes.md). */
-template <int ST> struct Geometry {
-    static constexpr int SB = ST == kF32 ? 4 : 2;
-    static constexpr int RC = kTileBytes / (kMaxK * SB);
-    static constexpr int GROUPS = ST == kF32 ? 2 : 1;
-    static constexpr int GROUP_WARPS = kConsumers / GROUPS;
-    static constexpr int RW = RC / GROUP_WARPS;
-    static_assert(RC * SB * kMaxK == kTileBytes && RW * GROUP_WARPS == RC, "stage geometry");
-    static_assert(kStages % GROUPS == 0, "a stage always belongs to the same consumer group");
-};
-
-/* The CTA's work: a sequence of units (batch row, value head), unit i of
- * the sequence published in uq[i % kUq] and completing phase i / kUq of
- * ufull[i % kUq]. The first kLead are static (blockIdx.x + i gridDim.x),
- * the rest are taken from a counter shared by the grid as the CTA's
- * consumers free their stages, so SMs that the memory system serves faster
- * take more units and all finish together (a fixed split leaves the
- * fastest SMs idle for a good part of a step). The
- * sequence ends with kCoefWarps kNoUnit entries, one for each coefficient
- * warp; the counter grows monotonically within a launch, so once one unit
- * is past the end every later one is too. The last CTA to stop taking
- * units resets the counters for the next launch on the stream. */
-struct Schedule {
-    uint32_t *uq;
-    uint64_t *ufull;
-    uint32_t *work; /* [0] units taken beyond the static ones, [1] CTAs done taking */
-    uint32_t units, published, ended, coef_warps;
-    uint32_t ticket; /* the next counter value, taken one publish ahead */
-
-    /* The counter's round trip is taken ahead: the ticket for the next
-     * dynamic unit is requested when the previous one is used, so the
-     * producer thread waits for it only if a whole unit's loads took less
-     * time. Tickets are taken in order by this thread alone, so the one
-     * left over when the CTA stops is past the end too: no unit is lost. */
-    __device__ __forceinline__ void start()
-    {
-        if (blockIdx.x + (uint32_t)kLead * gridDim.x - gridDim.x < units)
-            ticket = atomicAdd(&work[0], 1u);
-        else
-            ticket = kNoUnit;
-    }
-
-    __device__ __forceinline__ void publish_one()
-    {
-        uint32_t u = kNoUnit;
-        if (!ended) {
-            if (published < (uint32_t)kLead) {
-                u = blockIdx.x + published * gridDim.x;
-            } else {
-                u = ticket == kNoUnit ? kNoUnit : (uint32_t)kLead * gridDim.x + ticket;
-                if (u < units)
-                    ticket = atomicAdd(&work[0], 1u);
-            }
-            if (u >= units) {
-                u = kNoUnit;
-                __threadfence();
-                if (atomicAdd(&work[1], 1u) == gridDim.x - 1u) {
-                    atomicExch(&work[0], 0u);
-                    atomicExch(&work[1], 0u);
-                }
-            }
-        }
-        ended += u == kNoUnit ? 1u : 0u;
-        uq[published % kUq] = u;
-        bar_arrive(&ufull[published % kUq]);
-        ++published;
-    }
-    /* publishes through unit `upto` of the sequence, or to its end */
-    __device__ __forceinline__ void publish_to(uint32_t upto)
-    {
-        while (published <= upto && ended < coef_warps)
-            publish_one();
-    }
-};
-
-template <int ST, int RT, bool RING>
-__device__ __forceinline__ void produce(const BArgs &a, uint8_t *stages, StageMeta *meta, uint64_t *full,
-                                        uint64_t *empty, Schedule &sch)
-{
-    using Gm = Geometry<ST>;
-    const rssm_kernel_params &p = a.p;
-    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
-    const uint32_t chunks = V / Gm::RC;
-    const uint32_t tile_bytes = (uint32_t)Gm::RC * K * Gm::SB;
-    const uint64_t policy = evict_first_policy();
-    sch.start();
-    sch.publish_to(kLead);
-    /* The row header of the next unit is read while this one's loads are
-     * issued, so its round trip is not on this thread's path between two
-     * units' copies. */
-    uint32_t u = sch.uq[0];
-    RowStep st{};
-    if (u != kNoUnit)
-        st = row_step(p, a.b.io, u / HV);
-    uint32_t it = 0;
-    for (uint32_t ui = 0; u != kNoUnit; ++ui) {
-        sch.publish_to(ui + kLead);
-        const uint32_t u_next = sch.uq[(ui + 1) % kUq];
-        RowStep st_next{};
-        if (u_next != kNoUnit)
-            st_next = row_step(p, a.b.io, u_next / HV);
-        const uint32_t hv = u % HV;
-        const uint8_t *C = at_slot(a.b.io.ckpt, a.b.io.ckpt_slot, a.b.io.ckpt_head, st.slot, hv);
-        for (uint32_t c = 0; c < chunks; ++c, ++it) {
-            const uint32_t s = it % kStages;
-            if (it >= (uint32_t)kStages)
-                bar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
-            meta[s] = StageMeta{st.slot, RING ? st.n : 0u, row_meta_flag(st), u};
-            bar_arrive_tx(&full[s], tile_bytes);
-            bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);
-        }
-        u = u_next;
-        st = st_next;
-    }
-    /* the end markers of every coefficient warp, however many there are
-     * beyond kLead */
-    sch.publish_to(0xfffffffeu);
-}
-
-/* Sums R per-row values over the warp's 32 lanes and returns, in each
- * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
- * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
- * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
- * the stage's sums cost. */
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
-
-/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
- * distance O; a template per level so that every index is a constant
- * (a loop over the levels was left rolled at R = 32: local memory). */
-template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
-{
-    if constexpr (W > 1) {
-        const bool upper = (lane & (uint32_t)O) != 0u;
-#pragma unroll
-        for (int k = 0; k < W / 2; ++k) {
-            /* both halves read first, then chosen: a select between two
-             * array elements would index the array at run time (local memory) */
-            const float lo = v[k], hi = v[k + W / 2];
-            const float send = upper ? lo : hi;
-            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
-        }
-        rows_exchange<W / 2, O / 2, R>(v, lane);
-    }
-}
-
-template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
-{
-    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
-    rows_exchange<R, 16, R>(v, lane);
-    float x = v[0];
-#pragma unroll
-    for (int o = 16 / R; o > 0; o /= 2)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
 
 /* One (batch row, value head): the coefficients into `co`, and the unit's
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
@@ -454,42 +210,6 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
         co[kCoMisc + 2] = __uint_as_float(u);
         co[kCoMisc + 3] = __uint_as_float(st.io);
     }
-}
-
-/* Element e (a compile-time index after unrolling) of 32-bit words w of
- * ring dtype RT, as a float; no address is taken, so w stays in registers. */
-template <int RT> __device__ __forceinline__ float ring_word_elem(const uint32_t *w, int e)
-{
-    if constexpr (RT == kF32)
-        return __uint_as_float(w[e]);
-    else
-        return to_f<RT>((uint16_t)(w[e / 2] >> (16 * (e % 2))));
-}
-
-/* R values of the ring dtype at p (R * size a multiple of 8 bytes, p
- * aligned to it) as floats, in as few shared-memory loads as possible. */
-template <int RT, int R> __device__ __forceinline__ void load_ring_rows(const typename Raw<RT>::T *p, float *out)
-{
-    constexpr int PER_WORD = RT == kF32 ? 1 : 2, WORDS = R / PER_WORD;
-    uint32_t w[WORDS];
-    if constexpr (WORDS == 2) {
-        const uint2 v = *reinterpret_cast<const uint2 *>(p);
-        w[0] = v.x;
-        w[1] = v.y;
-    } else {
-        static_assert(WORDS % 4 == 0, "8 or 16-byte multiples");
-#pragma unroll
-        for (int q = 0; q < WORDS / 4; ++q) {
-            const uint4 v = reinterpret_cast<const uint4 *>(p)[q];
-            w[4 * q] = v.x;
-            w[4 * q + 1] = v.y;
-            w[4 * q + 2] = v.z;
-            w[4 * q + 3] = v.w;
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < R; ++i)
-        out[i] = ring_word_elem<RT>(w, i);
 }
 
 /* One stage: the outputs of its RC rows, the ring append or the new
@@ -625,28 +345,15 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     uint64_t *ufull = cempty + kCoefBufs;
 
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
-    if (threadIdx.x == 0) {
-        for (int s = 0; s < kStages; ++s) {
-            bar_init(&full[s], 1);
-            /* every consumer lane releases what it read itself */
-            bar_init(&empty[s], 32u * Geometry<ST>::GROUP_WARPS);
-        }
-        for (int b = 0; b < kCoefBufs; ++b) {
-            bar_init(&cfull[b], 32); /* every lane of the writing warp, plus the bulk copies' bytes */
-            bar_init(&cempty[b], 32u * kConsumers);
-        }
-        for (int q = 0; q < kUq; ++q)
-            bar_init(&ufull[q], 1);
-        /* the bulk copies (async proxy) must see the initialised barriers */
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
-    }
+    if (threadIdx.x == 0)
+        init_barriers(full, empty, 32u * Geometry<ST>::GROUP_WARPS, cfull, cempty, kCoefBufs, ufull);
     __syncthreads();
 
     constexpr int kCoef = kCoefWarps;
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
             Schedule sch{uq, ufull, a.b.work, active_units(a.p, a.b.io), 0u, 0u, (uint32_t)kCoef, kNoUnit};
-            produce<ST, RT, RING>(a, stages, meta, full, empty, sch);
+            produce<ST, RING>(a, stages, meta, full, empty, sch);
         }
         return;
     }

@@ -576,12 +576,11 @@ rssm_status window_reserve(CudaBatch *b, uint32_t rows, uint32_t t_max, rssm_err
     return RSSM_OK;
 }
 
-/* The fewest draft tokens the window kernels run. On the H200 a window of
- * 4 took 0.84-0.90x the device time of its 4 steps and one of 8 took
- * 0.73-0.80x, but a window of 2 took 1.16-1.26x of its 2 steps
- * (bench/results/h200_verify): below 4 the steps are the faster way. One
- * token must be a step anyway, bit for bit (docs/design.md §9). */
-constexpr uint32_t kWindowMinTokens = 4;
+/* The fewest draft tokens the window kernels run. On the H200 (torch in
+ * CUDA graphs, bench/results/h200_verify) a window of 2 took 0.71-0.89x the
+ * time of its 2 steps at batch 16 to 256; one token must be a step anyway,
+ * bit for bit (docs/design.md §9). */
+constexpr uint32_t kWindowMinTokens = 2;
 
 /* The window of every row at once (window_kernel.cu), layer by layer: the
  * layer's tokens up, the window's launches, its outputs down. Windows the
@@ -631,7 +630,7 @@ rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_
         buf.io.overflow = b->wfirst;
         buf.scratch = b->wscratch;
         CK(cudaEventRecord(b->start, c->stream));
-        CK(rssm_cuda_window_launch(&p, &buf, b->wdrafts, rows, t_max, c->stream));
+        CK(rssm_cuda_window_launch(&p, &buf, &b->plan, b->wdrafts, rows, t_max, c->stream));
         CK(cudaEventRecord(b->stop, c->stream));
         CK(cudaMemcpy2DAsync(static_cast<uint8_t *>(out) + l * win * b->row.out, layers * win * b->row.out, b->wout,
                              win * b->row.out, win * b->row.out, t_max, cudaMemcpyDeviceToHost, c->stream));
@@ -981,11 +980,12 @@ rssm_status cuda_layer_verify(void *ctx, void *layer, const rssm_layer_io *io, u
     buf.io = *io;
     buf.io.overflow = io->overflow ? io->overflow : l->win_first;
     buf.scratch = l->win_scratch;
+    buf.work = l->work;
     const DeviceGuard guard(l->device);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
     cudaError_t e = cudaMemsetAsync(buf.io.overflow, 0xff, io->rows * sizeof(uint32_t), s);
     if (e == cudaSuccess)
-        e = rssm_cuda_window_launch(&l->params, &buf, drafts, io->rows, t_max, s);
+        e = rssm_cuda_window_launch(&l->params, &buf, &l->plan, drafts, io->rows, t_max, s);
     if (e != cudaSuccess)
         return cuda_fail(err, e, "launching the window");
     return rssm_clear_error(err);

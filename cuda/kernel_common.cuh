@@ -206,13 +206,15 @@ __device__ __forceinline__ void pdl_launch_dependents()
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
 
 /* Launches fn(a) as a programmatic dependent of the launch before it on
- * `stream` (capturable). */
+ * `stream` (capturable), with `smem` bytes of dynamic shared memory. */
 template <typename Args>
-inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cudaStream_t stream, const Args &a)
+inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cudaStream_t stream, const Args &a,
+                                    size_t smem = 0)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = stream;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -389,6 +391,43 @@ __device__ __forceinline__ float warp_sum(float x)
  * (normalised), the gate g and alpha = exp(g); returns k.q and beta. Sums
  * are over the warp (W = 1) or the CTA of W warps, through red[3 * W]
  * (shared; every thread of the CTA must call then). */
+/* Sums R per-row values over the warp's 32 lanes and returns, in each
+ * lane, the total of row lane / (32 / R). A reduce-scatter: each exchange
+ * halves the values a lane carries, so it takes R - 1 + log2(32 / R)
+ * shuffles instead of the 5 R of R butterflies; shuffle throughput is what
+ * the stage's sums cost. */
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane);
+
+/* One exchange of warp_sum_rows: the first W of v, W / 2 left, at lane
+ * distance O; a template per level so that every index is a constant
+ * (a loop over the levels was left rolled at R = 32: local memory). */
+template <int W, int O, int R> __device__ __forceinline__ void rows_exchange(float (&v)[R], uint32_t lane)
+{
+    if constexpr (W > 1) {
+        const bool upper = (lane & (uint32_t)O) != 0u;
+#pragma unroll
+        for (int k = 0; k < W / 2; ++k) {
+            /* both halves read first, then chosen: a select between two
+             * array elements would index the array at run time (local memory) */
+            const float lo = v[k], hi = v[k + W / 2];
+            const float send = upper ? lo : hi;
+            v[k] = (upper ? hi : lo) + __shfl_xor_sync(0xffffffffu, send, O);
+        }
+        rows_exchange<W / 2, O / 2, R>(v, lane);
+    }
+}
+
+template <int R> __device__ __forceinline__ float warp_sum_rows(float (&v)[R], uint32_t lane)
+{
+    static_assert(R >= 1 && R <= 32 && (R & (R - 1)) == 0, "R a power of two");
+    rows_exchange<R, 16, R>(v, lane);
+    float x = v[0];
+#pragma unroll
+    for (int o = 16 / R; o > 0; o /= 2)
+        x += __shfl_xor_sync(0xffffffffu, x, o);
+    return x;
+}
+
 struct RowIn {
     float kq, beta;
 };

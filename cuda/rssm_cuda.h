@@ -125,22 +125,31 @@ cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_param
 cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                   const rssm_cuda_plan *plan, cudaStream_t stream);
 
-/* The speculative-decode window (window_kernel.cu, docs/design.md §9): the
- * draft tokens of `rows` rows (token t of row r at step-array row
- * t * rows + r of b->io, row r's slot and base write_pos in its step header,
- * drafts[r] tokens, device memory) from one read of each checkpoint, the
- * tokens' entries appended as tentative ones. b->io.overflow[r] (set to
- * UINT32_MAX before) gets the first token of row r whose entry its ring
- * dtype could not hold; b->scratch holds rssm_cuda_window_scratch_bytes for
- * `rows` rows of `t_max` tokens. Rings of up to RSSM_CUDA_STREAM_MAX_RING
- * entries, as the stream kernels; prepare before launching, outside stream
- * capture. */
+/* The speculative-decode window (docs/design.md §9): the draft tokens of
+ * `rows` rows (token t of row r at step-array row t * rows + r of b->io, row
+ * r's slot and base write_pos in its step header, drafts[r] tokens, device
+ * memory) from one read of each checkpoint, the tokens' entries appended as
+ * tentative ones. b->io.overflow[r] (set to UINT32_MAX before) gets the
+ * first token of row r whose entry its ring dtype could not hold. Rings of
+ * up to RSSM_CUDA_STREAM_MAX_RING entries, as the stream kernels; prepare
+ * before launching, outside stream capture. Two kernels: where the plan
+ * runs the bulk kernel and the window has at most 8 tokens, the persistent
+ * window_bulk_kernel.cu (b->work its counters); otherwise window_kernel.cu's
+ * pair (b->scratch holding rssm_cuda_window_scratch_bytes for `rows` rows of
+ * `t_max` tokens). */
 int rssm_cuda_window_supported(const rssm_kernel_params *p);
 size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max);
 cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p);
-cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b, const uint32_t *drafts,
-                                    uint32_t rows, uint32_t t_max, cudaStream_t stream);
-
+cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                    const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
+                                    uint32_t t_max, cudaStream_t stream);
+/* The persistent window's share (window_bulk_kernel.cu): the bulk kernel's
+ * shapes (rssm_cuda_bulk_supported), windows of 1 to 8 tokens. */
+int rssm_cuda_window_bulk_supported(const rssm_kernel_params *p, uint32_t t_max);
+cudaError_t rssm_cuda_window_bulk_prepare(const rssm_kernel_params *p);
+cudaError_t rssm_cuda_window_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
+                                         const uint32_t *drafts, uint32_t rows, uint32_t t_max, int sm_count,
+                                         cudaStream_t stream);
 /* The in-place pass (inplace_kernel.cu): reads and writes back, every 32-bit
  * word xored with `flip` (0 leaves the bytes as they were), every 16 bytes of `bytes` at
  * `p`, in one of RSSM_CUDA_INPLACE_SHAPES launch shapes; the backend

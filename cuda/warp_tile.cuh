@@ -28,14 +28,28 @@ template <int ST, int CPT, int RPL> struct WarpTile {
     __device__ __forceinline__ void load(const SRaw *C, uint32_t v_base, uint32_t t4, uint32_t K, uint32_t V,
                                          bool want)
     {
+        load_rows<false>(C, v_base, t4, K, V, want);
+    }
+
+    /* The same rows from a shared-memory tile of rows of K values (row
+     * stride K), as a stage of the persistent window holds them. */
+    __device__ __forceinline__ void load_shared(const SRaw *S, uint32_t v_base, uint32_t t4, uint32_t K)
+    {
+        load_rows<true>(S, v_base, t4, K, 0xffffffffu, true);
+    }
+
+    template <bool SHARED>
+    __device__ __forceinline__ void load_rows(const SRaw *C, uint32_t v_base, uint32_t t4, uint32_t K, uint32_t V,
+                                              bool want)
+    {
 #pragma unroll
         for (int i = 0; i < RPL; ++i) {
             const uint32_t v = v_base + 8u * i;
 #pragma unroll
             for (int G = 0; G < NG; ++G) {
                 const uint32_t c0 = (uint32_t)G * 4u * CPT + t4 * CPT;
-                x[i][G] = want && c0 < K && v < V ? __ldcs(reinterpret_cast<const SVec *>(C + (size_t)v * K + c0))
-                                                  : SVec{};
+                const SVec *at = reinterpret_cast<const SVec *>(C + (size_t)v * K + c0);
+                x[i][G] = want && c0 < K && v < V ? (SHARED ? *at : __ldcs(at)) : SVec{};
             }
         }
     }

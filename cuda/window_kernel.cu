@@ -12,15 +12,18 @@
  * where only the ring part needs the d of the tokens before it. Two
  * kernels per layer, the second a programmatic dependent of the first:
  *
- *  - the coefficient kernel, one CTA per (row, value head), thread = key
- *    channel, half of the tokens on each 128 threads: every token's q, k and
- *    gates in by one round of cp.async, then its normalised inputs, its
- *    checkpoint weights alpha Gamma q and alpha Gamma k, and its 2m ring
- *    coefficients (the decay walk for the thread's channel and one
- *    reduce-scatter per warp for all 2m sums), into a record per token; the
- *    tokens' k and g go to the ring as tentative entries. A token's record
- *    needs only inputs, so the tokens run side by side.
- *  - the readout kernel, kWarps warps of one (row, value head) per CTA,
+ *  - the coefficient kernel, one CTA per (row, value head), a warp per
+ *    token, lane = 4 key channels: every token's normalised inputs, its
+ *    gate, its tentative ring entry (into the ring and shared memory), then
+ *    its walk over the entries before it (the decay walk for the lane's
+ *    channels, one reduce-scatter for all 2m sums), into a record per token:
+ *    checkpoint weights alpha Gamma q and alpha Gamma k, 2m ring
+ *    coefficients, beta and k.q. A token's record needs only inputs, so the
+ *    tokens run side by side, each warp's chain of shuffles and loads
+ *    beside the others' (a thread per channel, four warps per token, was
+ *    bound by its instructions);
+ *  - the readout (where the plan runs the bulk kernel, the persistent one of
+ *    window_bulk_kernel.cu instead), kWarps warps of one (row, value head) per CTA,
  *    lanes holding a tile as the stream kernels do: each warp loads its 16
  *    rows of the checkpoint into registers before it waits for the records,
  *    then forms the checkpoint part of every token's two sums at once, as
@@ -32,16 +35,11 @@
  *    (their d kept in shared memory as the ring holds them), d, o and the
  *    append of d. The tile is never written back: a window has no flush.
  *
- * On the H200 a window reads the state once (a window of 4 tokens costs
- * 0.62-0.73x its 4 steps at batch 256, one of 8 0.47-0.54x) but is far
- * from the state stream alone (bench/results/h200_verify/notes.md, with the
- * designs tried): the coefficient kernel is bound by its instructions (a
- * decay walk per channel and token, one reduce-scatter per warp and
- * token), and the readout by latency: four CTAs per SM, each loading its
- * tiles, then waiting for its records, then computing, with too few warps
- * eligible in between. What would close the gap is the bulk kernel's shape
- * (a persistent producer keeping the next units' tiles in flight while
- * coefficient warps and consumers work on the current one).
+ * On the H200 (bench/results/h200_verify/notes.md) a window of 4 costs
+ * 1.6-2.0x one replay step at batch 16 to 256 and 0.43-0.49x its four steps
+ * at batch 256; profiled at batch 256, the persistent readout streams at
+ * about half the copy bandwidth and the coefficient kernel takes a fifth
+ * of the window's time.
  *
  * The decay walk multiplies the entries' exp(g_j), taken once per window,
  * where a step takes exp of each partial sum: the products differ from the
@@ -62,6 +60,7 @@
 
 #include "kernel_common.cuh"
 #include "warp_tile.cuh"
+#include "window_common.cuh"
 
 namespace {
 
@@ -70,278 +69,174 @@ using namespace rssm_kc;
 constexpr int kMaxK = (int)RSSM_CUDA_MAX_HEAD_K;
 constexpr int kJ = (int)RSSM_CUDA_STREAM_MAX_RING;
 constexpr int kT = (int)RSSM_MAX_DRAFT;
-constexpr int kCoefThreads = 256;                 /* coefficient CTA */
-constexpr int kCoefGroups = kCoefThreads / kMaxK; /* its token groups: thread = channel */
-constexpr int kGW = kMaxK / 32;                   /* warps per group */
-constexpr int kWarps = 4;                         /* readout CTA */
-constexpr int kRPL = 2;                           /* value rows per lane */
+constexpr int kCoefWarps = 8;  /* coefficient CTA: a warp per token, up to 8 at once */
+constexpr int kWarps = 4;      /* readout CTA */
+constexpr int kRPL = 2;        /* value rows per lane */
 constexpr int kRowsPerCta = kWarps * 8 * kRPL;
 static_assert(kT <= kJ && 2 * kJ == 32, "a window fits the ring; 2 kJ sums fill a warp's reduce-scatter");
-static_assert(kCoefThreads % kMaxK == 0, "whole token groups");
 
-struct WArgs {
-    rssm_kernel_params p;
-    /* io: the window's token-major step arrays (token t of row r at step-array
-     * row t * rows + r), the pool, the step header of the rows (write_pos the
-     * window's base); overflow: per row, the first token whose ring entry
-     * overflowed (UINT32_MAX: none); scratch: the records, [rows * HV][t_max]. */
-    rssm_cuda_buffers b;
-    const uint32_t *drafts; /* [rows] */
-    uint32_t rows, t_max;
-    uint32_t ctas; /* readout CTAs per (row, value head) */
-};
-
-/* A token's record, in floats: its checkpoint weights alpha Gamma q and
- * alpha Gamma k, its ring coefficients c_j(q) at j and c_j(k) at kJ + j,
- * beta and k.q. */
-constexpr int kRQW = 0, kRKW = kMaxK, kRCoef = 2 * kMaxK, kRMisc = kRCoef + 2 * kJ;
-constexpr int kRStride = kRMisc + 4;
-static_assert(kRStride % 4 == 0, "16-byte aligned records");
-
-/* The row's window: its slot, its base n and its token count, clamped so
- * that n + T stays inside the ring (the host arranged it; the kernels index
- * by it). */
-struct RowWindow {
-    uint32_t slot, n, T;
-    bool pad; /* a slot outside the tensors: no tokens, zero outputs */
-};
-
-__device__ __forceinline__ RowWindow row_window(const WArgs &a, uint32_t r)
-{
-    const RowStep s = row_step(a.p, a.b.io, r);
-    return RowWindow{s.slot, s.n, s.pad ? 0u : min(min(a.drafts[r], a.t_max), a.p.ring_cap - s.n), s.pad};
-}
-
-/* Dynamic shared memory of a coefficient CTA. */
+/* A coefficient CTA's entries: every ring entry its tokens walk (the
+ * committed ones and the window's, j < n + T <= kJ), k as the ring holds it
+ * and exp(g) (a GDN entry's one decay in channel 0), as floats. */
 struct CSmem {
-    uint32_t rq[kT][kMaxK], rk[kT][kMaxK], rg[kT][kMaxK]; /* raw q, k, KDA gate rows (io dtype) */
-    float ke[kJ][kMaxK], ae[kJ][kMaxK];                   /* every entry's k (as stored) and exp(g) */
-    float part[kT][kGW][2 * kJ];                          /* the warps' shares of the coefficients */
-    float red[kT][kGW][3];                                /* the warps' shares of |q|^2, |k|^2, k.q */
-    float nrm[kT][2];                                     /* q and k norm factors */
-    float gate[kT], beta[kT];                             /* raw GDN gate and beta */
+    float ke[kJ][kMaxK], ae[kJ][kMaxK];
 };
 
-/* x as ring dtype RT holds it; a finite x that RT cannot hold makes token t
- * the row's first overflowing one, unless an earlier token already is. */
-template <int RT>
-__device__ __forceinline__ typename Raw<RT>::T window_entry(float x, uint32_t *first, uint32_t r, uint32_t t)
-{
-    if constexpr (RT != kF32) {
-        const float limit = RT == kF16 ? RSSM_F16_OVERFLOW : RSSM_BF16_OVERFLOW;
-        if (fabsf(x) >= limit && !isinf(x))
-            atomicMin(first + r, t);
-    }
-    return from_f<RT>(x);
-}
-
-/* Element c of a row copied raw from a step array of fp32 or bf16. */
-__device__ __forceinline__ float raw_elem(const uint32_t *row, uint32_t c, bool bf16)
-{
-    return bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(row)[c]) : __uint_as_float(row[c]);
-}
-
-/* Sums v[i] over the warp's lanes for all N = 2 JW i at once and leaves sum
- * i in lane i (and in the lanes i + N, i + 2N, ...): N - 1 shuffles and one
- * per doubling of N up to 32, where N warp sums take 5 N. Stage W keeps the
- * half of v[0, 2W) that the lane's bit W selects and adds the partner's
- * other half; the stages are templates so that every index is a constant
- * and v stays in registers. */
-template <int W, int N> __device__ __forceinline__ void scatter_stage(float (&v)[N], uint32_t lane)
-{
-    const bool up = (lane & (uint32_t)W) != 0u;
-#pragma unroll
-    for (int i = 0; i < W; ++i) {
-        const float send = up ? v[i] : v[i + W];
-        const float keep = up ? v[i + W] : v[i];
-        v[i] = keep + __shfl_xor_sync(0xffffffffu, send, W);
-    }
-    if constexpr (W > 1)
-        scatter_stage<W / 2>(v, lane);
-}
-
-template <int JW> __device__ __forceinline__ float reduce_scatter(float (&v)[2 * JW], uint32_t lane)
-{
-    scatter_stage<JW>(v, lane);
-    float x = v[0];
-#pragma unroll
-    for (int o = 2 * JW; o < 32; o <<= 1)
-        x += __shfl_xor_sync(0xffffffffu, x, o);
-    return x;
-}
-
-/* Token coefficients for a thread's channel c over the token's m <= JW
- * entries, newest first: kg_j = k_j gamma_j alpha, what is left in `ag`
- * being alpha Gamma; returns, in lane i < 2 JW, the warp's sum of kg_j q
- * (i = j) or kg_j k (i = JW + j). A token with a short ring walks and
- * reduces only as many entries as it has (JW = 4, 8 or kJ). */
+/* Token t's walk over its m <= JW entries, newest first, for the lane's 4
+ * channels c0..: kg_j = k_j gamma_j alpha (ag ends as alpha Gamma), the
+ * warp's sums of kg_j . q and kg_j . k reduce-scattered, and written to the
+ * token's record (c_j(q) at j, c_j(k) at kJ + j, zeros past m). GDN has one
+ * decay per entry: ag[0] alone walks, and the dot products are scaled once. */
 template <int JW>
-__device__ __forceinline__ float token_coefs(const CSmem &S, uint32_t c, bool in, uint32_t m, float q, float k,
-                                             float &ag, uint32_t lane)
+__device__ __forceinline__ void token_walk(const CSmem &S, bool kda, bool mine, uint32_t m, uint32_t c0,
+                                           const float (&q)[4], const float (&k)[4], float (&ag)[4], float *rec,
+                                           uint32_t lane)
 {
     float v[2 * JW];
 #pragma unroll
     for (int j = JW - 1; j >= 0; --j) {
-        float kg = 0.0f;
-        if (in && (uint32_t)j < m) {
-            kg = S.ke[j][c] * ag;
-            ag *= S.ae[j][c];
+        float dq = 0.0f, dk = 0.0f;
+        if ((uint32_t)j < m && mine) {
+            const float4 kv = *reinterpret_cast<const float4 *>(&S.ke[j][c0]);
+            const float kk[4] = {kv.x, kv.y, kv.z, kv.w};
+            if (kda) {
+                const float4 av = *reinterpret_cast<const float4 *>(&S.ae[j][c0]);
+                const float aa[4] = {av.x, av.y, av.z, av.w};
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float kg = kk[i] * ag[i];
+                    ag[i] *= aa[i];
+                    dq += kg * q[i];
+                    dk += kg * k[i];
+                }
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    dq += kk[i] * q[i];
+                    dk += kk[i] * k[i];
+                }
+                dq *= ag[0];
+                dk *= ag[0];
+                ag[0] *= S.ae[j][0];
+            }
         }
-        v[j] = kg * q;
-        v[JW + j] = kg * k;
+        v[j] = dq;
+        v[JW + j] = dk;
     }
-    return reduce_scatter<JW>(v, lane);
+    if (!kda)
+        ag[1] = ag[2] = ag[3] = ag[0];
+    /* sum i (c_i(q), then c_{i - JW}(k)) lands in lanes i LPS ..; lane l
+     * writes record slot l (c_l(q), then c_{l - kJ}(k)), 0 where unwalked */
+    constexpr uint32_t LPS = 32u / (2u * JW);
+    const float sum = warp_sum_rows<2 * JW>(v, lane);
+    const uint32_t j = lane < (uint32_t)kJ ? lane : lane - kJ;
+    const float mine_sum = __shfl_sync(0xffffffffu, sum, (((lane < (uint32_t)kJ ? 0u : (uint32_t)JW) + j) * LPS) & 31u);
+    rec[kRCoef + lane] = j < m && j < (uint32_t)JW ? mine_sum : 0.0f;
 }
 
 /* ------------------------------------------------ the coefficient kernel */
 
-/* One CTA of kCoefThreads per (row, value head): the records of its tokens,
- * and their k and g appended to the ring. */
-template <int RT> __global__ void __launch_bounds__(kCoefThreads) window_coef(const WArgs a)
+/* One CTA per (row, value head), a warp per token (tokens t, t + 8, ... on
+ * warp t), lane = 4 channels: each token's inputs, normalised, its gate and
+ * its tentative ring entry (into the ring and into shared memory), then,
+ * once every entry is there, each token's walk and sums into its record.
+ * A token's record needs only inputs, so the tokens run side by side: the
+ * warps' chains of shuffles and loads overlap one another and other CTAs'. */
+template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_coef(const WArgs a)
 {
     using RRaw = typename Raw<RT>::T;
-    constexpr int EL = kJ * kMaxK / kCoefThreads; /* committed k, g a thread loads */
-    extern __shared__ __align__(16) unsigned char smem[];
-    CSmem &S = *reinterpret_cast<CSmem *>(smem);
+    using KVec = typename VecOf<4 * sizeof(RRaw)>::T; /* a lane's 4 channels of a ring k */
+    __shared__ __align__(16) CSmem S;
 
-    /* the readout kernel may start: it has its tiles to load meanwhile */
+    /* the readout may start: it has its tiles to load meanwhile */
     pdl_launch_dependents();
     const rssm_kernel_params &p = a.p;
     const rssm_layer_io &L = a.b.io;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
-    const uint32_t tid = threadIdx.x, lane = tid & 31u;
-    const uint32_t grp = tid / kMaxK, c = tid % kMaxK, wg = (tid / 32u) % kGW;
+    const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, c0 = 4u * lane, warps = blockDim.x >> 5;
     const uint32_t unit = blockIdx.x, r = unit / HV, hv = unit % HV, h = hv / (HV / H);
     const RowWindow win = row_window(a, r);
     const uint32_t n = win.n, T = win.T;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
-    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
-    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
     const uint32_t Kg = kda ? K : 1u;
+    const bool mine = c0 < K, owner = hv % (HV / H) == 0; /* owner: appends the q/k head's k */
     RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, win.slot, h));
     float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, win.slot, hv));
     float *rec = a.b.scratch + (size_t)unit * a.t_max * kRStride;
 
-    /* 0. Every load at once: the tokens' rows by cp.async, their scalars,
-     * the committed entries (k as stored, exp(g)). */
-    /* 8-byte pieces: K % 4 == 0 makes every row and row offset of the
-     * window's arrays a multiple of 8 bytes; one flat loop over all of
-     * them, where a copy_async per row cost each thread more address
-     * arithmetic than copies */
-    const uint32_t esz = io_bf16 ? 2u : 4u, gsz = gate_bf16 ? 2u : 4u;
-    const uint32_t qp = K * esz / 8u, gp = kda ? K * gsz / 8u : 0u, per_token = 2u * qp + gp;
-    for (uint32_t e = tid; e < T * per_token; e += kCoefThreads) {
-        const uint32_t t = e / per_token, i = e % per_token;
-        const size_t io = (size_t)t * a.rows + r;
-        if (i < qp)
-            cp_async8(&S.rq[t][2u * i], L.q + io * L.q_row + (size_t)h * K * esz + 8u * i);
-        else if (i < 2u * qp)
-            cp_async8(&S.rk[t][2u * (i - qp)], L.k + io * L.k_row + (size_t)h * K * esz + 8u * (i - qp));
-        else
-            cp_async8(&S.rg[t][2u * (i - 2u * qp)], L.gate + io * L.gate_row + (size_t)hv * K * gsz + 8u * (i - 2u * qp));
-    }
-    cp_commit();
-    if (tid < T) {
-        const size_t io = (size_t)tid * a.rows + r;
-        S.gate[tid] = kda ? 0.0f : load_io(L.gate + io * L.gate_row, hv, gate_bf16);
-        S.beta[tid] = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
-    }
-    RRaw kr[EL];
-    float gr[EL];
-#pragma unroll
-    for (int e = 0; e < EL; ++e) {
-        const uint32_t j = grp + (uint32_t)(kCoefGroups * e);
-        const bool in = j < n && c < K;
-        kr[e] = in ? ring_k[(size_t)j * K + c] : RRaw{};
-        gr[e] = in ? ring_g[(size_t)j * Kg + (kda ? c : 0u)] : 0.0f;
-    }
-    const float A = raw ? expf(__ldg(L.A_log + hv)) : 0.0f;
-    const float dt = raw && c < K ? __ldg(L.dt_bias + (size_t)hv * Kg + (kda ? c : 0u)) : 0.0f;
-#pragma unroll
-    for (int e = 0; e < EL; ++e) {
-        const uint32_t j = grp + (uint32_t)(kCoefGroups * e);
-        if (j < n) {
-            S.ke[j][c] = to_f<RT>(kr[e]);
-            S.ae[j][c] = expf(gr[e]);
+    /* The committed entries, warp w taking j = w, w + warps, ... */
+    for (uint32_t j = warp; j < n; j += warps) {
+        if (mine) {
+            const KVec kv = *reinterpret_cast<const KVec *>(ring_k + (size_t)j * K + c0);
+            const RRaw *kk = reinterpret_cast<const RRaw *>(&kv);
+            *reinterpret_cast<float4 *>(&S.ke[j][c0]) =
+                make_float4(to_f<RT>(kk[0]), to_f<RT>(kk[1]), to_f<RT>(kk[2]), to_f<RT>(kk[3]));
+            if (kda) {
+                const float4 g = *reinterpret_cast<const float4 *>(ring_g + (size_t)j * K + c0);
+                *reinterpret_cast<float4 *>(&S.ae[j][c0]) = make_float4(expf(g.x), expf(g.y), expf(g.z), expf(g.w));
+            }
         }
+        if (!kda && lane == 0)
+            S.ae[j][0] = expf(ring_g[j]);
     }
-    cp_wait(0);
-    __syncthreads();
 
-    /* A. The tokens' inputs: the sums over K, then what they normalise;
-     * each token's k and g appended to the ring. */
-    for (uint32_t t = grp; t < T; t += kCoefGroups) {
-        const float q = c < K ? raw_elem(S.rq[t], c, io_bf16) : 0.0f;
-        const float k = c < K ? raw_elem(S.rk[t], c, io_bf16) : 0.0f;
-        const float sq = warp_sum(q * q), sk = warp_sum(k * k), sqk = warp_sum(q * k);
+    /* Each token's inputs and entry; q, k and its own decay kept for its walk. */
+    constexpr int kTW = (kT + kCoefWarps - 1) / kCoefWarps; /* tokens per warp, at most */
+    float q[kTW][4], k[kTW][4], al[kTW][4];
+#pragma unroll
+    for (int w = 0; w < kTW; ++w) {
+        const uint32_t t = warp + (uint32_t)w * warps;
+        if (t >= T)
+            break;
+        float g[4];
+        const RowIn in = channel_inputs<4, 1>(a, t * a.rows + r, hv, c0, 1u, q[w], k[w], g, al[w], nullptr);
+        const uint32_t m = n + t;
+        KVec ev;
+        RRaw *e = reinterpret_cast<RRaw *>(&ev);
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            e[i] = window_entry<RT>(k[w][i], L.overflow, r, t);
+            if (mine && (kda || c0 + i == 0u))
+                ring_g[(size_t)m * Kg + (kda ? c0 + i : 0u)] = g[i];
+        }
+        if (mine && owner)
+            *reinterpret_cast<KVec *>(ring_k + (size_t)m * K + c0) = ev;
+        if (mine) {
+            *reinterpret_cast<float4 *>(&S.ke[m][c0]) =
+                make_float4(to_f<RT>(e[0]), to_f<RT>(e[1]), to_f<RT>(e[2]), to_f<RT>(e[3]));
+            if (kda)
+                *reinterpret_cast<float4 *>(&S.ae[m][c0]) = make_float4(al[w][0], al[w][1], al[w][2], al[w][3]);
+        }
+        if (!kda && lane == 0)
+            S.ae[m][0] = al[w][0];
         if (lane == 0) {
-            S.red[t][wg][0] = sq;
-            S.red[t][wg][1] = sk;
-            S.red[t][wg][2] = sqk;
-        }
-    }
-    __syncthreads();
-    const bool owner = hv % (HV / H) == 0; /* appends the q/k head's k */
-    for (uint32_t t = grp; t < T; t += kCoefGroups) {
-        float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kGW; ++w) {
-            sq += S.red[t][w][0];
-            sk += S.red[t][w][1];
-            sqk += S.red[t][w][2];
-        }
-        const QKNorm nrm = qk_norm(p, sq, sk);
-        const uint32_t m = n + t;
-        if (c < K) {
-            const float x = kda ? raw_elem(S.rg[t], c, gate_bf16) : S.gate[t];
-            const float gv = raw ? raw_gate(p, x, dt, A) : x;
-            const RRaw ke = window_entry<RT>(raw_elem(S.rk[t], c, io_bf16) * nrm.kn, L.overflow, r, t);
-            S.ke[m][c] = to_f<RT>(ke);
-            S.ae[m][c] = expf(gv);
-            if (owner)
-                ring_k[(size_t)m * K + c] = ke;
-            if (kda || c == 0)
-                ring_g[(size_t)m * Kg + (kda ? c : 0u)] = gv;
-        }
-        if (c == 0) {
-            S.nrm[t][0] = nrm.qn;
-            S.nrm[t][1] = nrm.kn;
-            rec[(size_t)t * kRStride + kRMisc] = raw ? sigmoid(S.beta[t]) : S.beta[t];
-            rec[(size_t)t * kRStride + kRMisc + 1] = sqk * (nrm.qn * nrm.kn);
+            rec[(size_t)t * kRStride + kRMisc] = in.beta;
+            rec[(size_t)t * kRStride + kRMisc + 1] = in.kq;
         }
     }
     __syncthreads();
 
-    /* B. Per token: kg_j = k_j gamma_j alpha, newest entry first, what is
-     * left being alpha Gamma (the weights); the products of kg_j with q and
-     * k, summed over K by one reduce-scatter per warp (token_coefs) and the
-     * group's warps after it. */
-    for (uint32_t t = grp; t < T; t += kCoefGroups) {
-        const uint32_t m = n + t;
-        const bool in = c < K;
-        const float q = in ? raw_elem(S.rq[t], c, io_bf16) * S.nrm[t][0] : 0.0f;
-        const float k = in ? raw_elem(S.rk[t], c, io_bf16) * S.nrm[t][1] : 0.0f;
-        float ag = in ? S.ae[m][c] : 0.0f;
-        const uint32_t jw = m <= 4u ? 4u : m <= 8u ? 8u : (uint32_t)kJ; /* the same for the group's warps */
-        const float part = jw == 4u   ? token_coefs<4>(S, c, in, m, q, k, ag, lane)
-                           : jw == 8u ? token_coefs<8>(S, c, in, m, q, k, ag, lane)
-                                      : token_coefs<kJ>(S, c, in, m, q, k, ag, lane);
-        float *rt = rec + (size_t)t * kRStride;
-        rt[kRQW + c] = ag * q;
-        rt[kRKW + c] = ag * k;
-        if (lane < 2u * jw)
-            S.part[t][wg][lane < jw ? lane : kJ + lane - jw] = part;
-    }
-    __syncthreads();
-    for (uint32_t e = tid; e < T * 2u * kJ; e += kCoefThreads) {
-        const uint32_t t = e / (2u * kJ), i = e % (2u * kJ);
-        float s = 0.0f;
-        if (i % kJ < n + t) /* the others were not walked: zeros, never read */
+    /* Each token's walk: its ring coefficients and checkpoint weights. */
 #pragma unroll
-            for (int w = 0; w < kGW; ++w)
-                s += S.part[t][w][i];
-        rec[(size_t)t * kRStride + kRCoef + i] = s;
+    for (int w = 0; w < kTW; ++w) {
+        const uint32_t t = warp + (uint32_t)w * warps;
+        if (t >= T)
+            break;
+        const uint32_t m = n + t;
+        float *rt = rec + (size_t)t * kRStride;
+        float ag[4] = {al[w][0], al[w][1], al[w][2], al[w][3]};
+        if (m <= 4u)
+            token_walk<4>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
+        else if (m <= 8u)
+            token_walk<8>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
+        else
+            token_walk<kJ>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
+        if (mine) {
+            *reinterpret_cast<float4 *>(rt + kRQW + c0) =
+                make_float4(ag[0] * q[w][0], ag[1] * q[w][1], ag[2] * q[w][2], ag[3] * q[w][3]);
+            *reinterpret_cast<float4 *>(rt + kRKW + c0) =
+                make_float4(ag[0] * k[w][0], ag[1] * k[w][1], ag[2] * k[w][2], ag[3] * k[w][3]);
+        }
     }
 }
 
@@ -534,28 +429,29 @@ extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p)
 {
     if (!rssm_cuda_window_supported(p))
         return cudaErrorInvalidValue;
-    return cudaFuncSetAttribute(kCoef[p->ring_dtype], cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(CSmem));
+    if (!rssm_cuda_window_bulk_supported(p, 1u))
+        return cudaSuccess;
+    return rssm_cuda_window_bulk_prepare(p);
 }
 
 extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
-                                               const uint32_t *drafts, uint32_t rows, uint32_t t_max,
-                                               cudaStream_t stream)
+                                               const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
+                                               uint32_t t_max, cudaStream_t stream)
 {
     if (!rssm_cuda_window_supported(p) || rows == 0 || t_max == 0 || t_max > (uint32_t)kT || !b->scratch)
         return cudaErrorInvalidValue;
-    WArgs a;
-    a.p = *p;
-    a.b = *b;
-    a.drafts = drafts;
-    a.rows = rows;
-    a.t_max = t_max;
-    a.ctas = (p->head_v + kRowsPerCta - 1u) / kRowsPerCta;
+    const WArgs a = window_args(p, b, drafts, rows, t_max, (p->head_v + kRowsPerCta - 1u) / kRowsPerCta);
     const uint32_t units = rows * p->num_v_heads;
-    kCoef[p->ring_dtype]<<<units, kCoefThreads, sizeof(CSmem), stream>>>(a);
+    const uint32_t coef_warps = t_max < (uint32_t)kCoefWarps ? t_max : (uint32_t)kCoefWarps;
+    kCoef[p->ring_dtype]<<<units, 32u * coef_warps, 0, stream>>>(a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
     /* A programmatic dependent of the coefficient kernel: it loads its tiles
-     * while that runs and waits for the records at pdl_wait. */
+     * while that runs and waits for the records at pdl_wait. Where the
+     * decode step streams on the bulk kernel (the batch gives every SM a
+     * unit), so does the readout. */
+    if (plan->kernel == RSSM_CUDA_KERNEL_BULK && rssm_cuda_window_bulk_supported(p, t_max))
+        return rssm_cuda_window_bulk_launch(p, b, drafts, rows, t_max, plan->sm_count, stream);
     return launch_dependent(readout_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a);
 }

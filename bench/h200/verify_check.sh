@@ -10,7 +10,9 @@
 #    (portable and cooperative-matrix kernels) of the same GPU
 #    (VERIFY_BACKENDS replaces the list);
 # 2. tests/test_verify.c on cuda (when carried in .devbin/);
-# 3. compute-sanitizer memcheck and racecheck on two verify cases;
+# 3. compute-sanitizer memcheck and racecheck on two verify cases, on cuda
+#    and cuda:bulk (SANITIZE_BACKENDS), then bench/h200/layer_verify_check.py
+#    (LAYER_CHECK=0 skips it);
 # 4. with PROFILE=1, Nsight Compute on the window kernels of a GDN and a KDA
 #    window at batch 256 (profile.txt);
 # 5. the per-layer window from torch in captured CUDA graphs
@@ -52,12 +54,26 @@ if [ -x "$BIN/test_verify" ]; then
   at
 fi
 
-for tool in memcheck racecheck; do
-  timeout 120 compute-sanitizer --tool $tool --error-exitcode 9 "$B" conform --backend cuda --quick \
-    --case gdn/replay/verify-T4 --case kda/replay/verify-T7 >"$OUT_DIR/sanitize_$tool.txt" 2>&1
-  echo "== compute-sanitizer $tool: rc $?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$OUT_DIR/sanitize_$tool.txt")"
+# each window kernel: the plan's choice at the cases' small batches is the
+# two-launch window, cuda:bulk the persistent one
+for v in ${SANITIZE_BACKENDS:-cuda cuda:bulk}; do
+  for tool in memcheck racecheck; do
+    f="$OUT_DIR/sanitize_${tool}_${v/:/-}.txt"
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 "$B" conform --backend "$v" --quick \
+      --case gdn/replay/verify-T4 --case kda/replay/verify-T7 >"$f" 2>&1
+    echo "== compute-sanitizer $tool on $v: rc $?, $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$f")"
+  done
 done
 at
+
+# rssm_layer_verify on torch tensors against the cpu backend's window
+if [ "${LAYER_CHECK:-1}" = 1 ]; then
+  PYTHONPATH=python RSSM_LIBRARY=$BIN/librssm.so.0 timeout 300 python3 bench/h200/layer_verify_check.py \
+    >"$OUT_DIR/layer_verify_check.txt" 2>&1
+  echo "== layer_verify_check.py: rc $?"
+  tail -14 "$OUT_DIR/layer_verify_check.txt"
+  at
+fi
 
 if [ "${PROFILE:-0}" = 1 ]; then
   for gate in gdn kda; do
