@@ -63,17 +63,41 @@
 #if RSSM_TILES != 0 && RSSM_REPLAY == 0
 #error "the _cm variants are replay kernels: the packed update is rank 1"
 #endif
+// 1: an `_rt` module, for CPU devices: the head's place, the head counts,
+// the ring length and the ring and io dtypes are push constants (vk_abi.h's
+// RSSM_VK_SHAPE_FIELDS) rather than specialization constants, and RING_LEN
+// (RING_ROOM here) only sizes the arrays, so that models differing only in
+// those share one pipeline (on lavapipe each pipeline is an LLVM compile;
+// vk/README.md). The state dtype stays a constant: its run-time choice in
+// the unrolled row loads and stores made lavapipe's compile 1.6x longer.
+#ifndef RSSM_RUNTIME_SHAPE
+#define RSSM_RUNTIME_SHAPE 0
+#endif
+#if RSSM_RUNTIME_SHAPE && (RSSM_WINDOW || RSSM_TILES == 1)
+#error "the _rt modules are the CPU device's decode kernels: portable, emulated tiles or packed"
+#endif
 
 // Specialization constants (ids in vk_abi.h); the host (vk/vk_pipeline.c)
 // sets every one.
 layout(constant_id = RSSM_VK_SPEC_GATE_KIND) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
 layout(constant_id = RSSM_VK_SPEC_HEAD_K) const uint HEAD_K = 128u;
 layout(constant_id = RSSM_VK_SPEC_HEAD_V) const uint HEAD_V = 128u;
+#if RSSM_RUNTIME_SHAPE
+// At least the ring length, for array extents (RSSM_VK_RING_ROOM_STEP).
+layout(constant_id = RSSM_VK_SPEC_RING_LEN) const uint RING_ROOM = 16u;
+#define RING_LEN pc.ring_len
+#define RING_DT pc.ring_dt
+#define IO_DT pc.io_dt
+#else
 layout(constant_id = RSSM_VK_SPEC_RING_LEN) const uint RING_LEN = 16u;  // 1 for the packed module
+#define RING_ROOM RING_LEN
+#endif
 layout(constant_id = RSSM_VK_SPEC_SG_SIZE) const uint SG_SIZE = 32u;   // the pipeline requires it
 layout(constant_id = RSSM_VK_SPEC_STATE_DT) const uint STATE_DT = 0u;   // RSSM_CODE_DTYPE_*
+#if !RSSM_RUNTIME_SHAPE
 layout(constant_id = RSSM_VK_SPEC_RING_DT) const uint RING_DT = 1u;
 layout(constant_id = RSSM_VK_SPEC_IO_DT) const uint IO_DT = 0u;
+#endif
 layout(constant_id = RSSM_VK_SPEC_TILE_M) const uint TILE_M = 16u;
 layout(constant_id = RSSM_VK_SPEC_TILE_N) const uint TILE_N = 16u;
 layout(constant_id = RSSM_VK_SPEC_TILE_K) const uint TILE_K = 16u;
@@ -87,14 +111,26 @@ layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
 // of buffer s / SLOTS_PER_BUFFER. 0: one layer on the caller's tensors,
 // the state and the three rings each in its own element of binding 0.
-layout(constant_id = RSSM_VK_SPEC_SLOTS_PER_BUFFER) const uint SLOTS_PER_BUFFER = 1u;
-layout(constant_id = RSSM_VK_SPEC_NUM_QK_HEADS) const uint NUM_QK_HEADS = 1u;
-layout(constant_id = RSSM_VK_SPEC_NUM_V_HEADS) const uint NUM_V_HEADS = 1u;
 // Words from one layer's block of a slot to the next's, for a dispatch
 // over a batch's layers (gl_WorkGroupID.z); 0 for one layer.
-layout(constant_id = RSSM_VK_SPEC_LAYER_WORDS) const uint LAYER_WORDS = 0u;
 // A head's first element in each state tensor: slot * X_SLOT + head * X_HEAD
 // (rssm_layer_io's strides in elements; a slot counted within its buffer).
+#if RSSM_RUNTIME_SHAPE
+#define SLOTS_PER_BUFFER pc.slots_per_buffer
+#define LAYER_WORDS pc.layer_words
+#define CK_SLOT pc.ck_slot
+#define CK_HEAD pc.ck_head
+#define RD_SLOT pc.rd_slot
+#define RD_HEAD pc.rd_head
+#define RK_SLOT pc.rk_slot
+#define RK_HEAD pc.rk_head
+#define RG_SLOT pc.rg_slot
+#define RG_HEAD pc.rg_head
+#define NUM_QK_HEADS pc.num_qk_heads
+#define NUM_V_HEADS pc.num_v_heads
+#else
+layout(constant_id = RSSM_VK_SPEC_SLOTS_PER_BUFFER) const uint SLOTS_PER_BUFFER = 1u;
+layout(constant_id = RSSM_VK_SPEC_LAYER_WORDS) const uint LAYER_WORDS = 0u;
 layout(constant_id = RSSM_VK_SPEC_CK_SLOT) const uint CK_SLOT = 0u;
 layout(constant_id = RSSM_VK_SPEC_CK_HEAD) const uint CK_HEAD = 0u;
 layout(constant_id = RSSM_VK_SPEC_RD_SLOT) const uint RD_SLOT = 0u;
@@ -103,6 +139,9 @@ layout(constant_id = RSSM_VK_SPEC_RK_SLOT) const uint RK_SLOT = 0u;
 layout(constant_id = RSSM_VK_SPEC_RK_HEAD) const uint RK_HEAD = 0u;
 layout(constant_id = RSSM_VK_SPEC_RG_SLOT) const uint RG_SLOT = 0u;
 layout(constant_id = RSSM_VK_SPEC_RG_HEAD) const uint RG_HEAD = 0u;
+layout(constant_id = RSSM_VK_SPEC_NUM_QK_HEADS) const uint NUM_QK_HEADS = 1u;
+layout(constant_id = RSSM_VK_SPEC_NUM_V_HEADS) const uint NUM_V_HEADS = 1u;
+#endif
 // Workgroups per value head, each with V / ROW_SPLIT consecutive rows (a
 // multiple of SG_COUNT * ROW_BLOCK; the host decides, vk/vk_pipeline.c). A
 // small batch has too few (row, head) pairs to keep a GPU's memory busy,
@@ -121,7 +160,11 @@ layout(constant_id = RSSM_VK_SPEC_UNROLL_RING) const uint UNROLL_RING = 1u;
 
 const uint SG_COUNT = RSSM_VK_SUBGROUPS;
 const uint WG_SIZE = SG_COUNT * SG_SIZE;
+#if RSSM_RUNTIME_SHAPE
+#define RING_CAP (RING_LEN - 1u)
+#else
 const uint RING_CAP = RING_LEN - 1u;
+#endif
 // Channel quads one invocation holds of a state row.
 const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 // State rows a subgroup reads at once (the readout reduces them together).
@@ -130,7 +173,12 @@ const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 const uint ROW_BLOCK = RSSM_VK_ROW_BLOCK;
 const uint ROWS_PER_PASS = SG_COUNT * ROW_BLOCK;
 
-layout(push_constant) uniform Push { RSSM_VK_PUSH_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F) } pc;
+layout(push_constant) uniform Push {
+    RSSM_VK_PUSH_FIELDS(RSSM_GLSL_U, RSSM_GLSL_F)
+#if RSSM_RUNTIME_SHAPE
+    RSSM_VK_SHAPE_FIELDS(RSSM_GLSL_U)
+#endif
+} pc;
 
 // Bindings: vk/vk_internal.h's BIND_* list.
 layout(std430, binding = 0) buffer Pool { uint w[]; } pool_buf[RSSM_VK_POOL_BUFFERS];
@@ -247,7 +295,7 @@ shared vec4 s_red[SG_COUNT];
 
 #if RSSM_REPLAY
 #if !RSSM_WINDOW
-shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
+shared vec2 s_c[RING_ROOM];  // (c_j(q), c_j(k)): shared by all V rows
 // KK_j of a `_cm` flush, for its tile staging (entry j's quad q at
 // j * KQ + q; kr4_put). The emulated-tile flush pipeline keeps it
 // in the staging s_kx itself: it has no room for more within lavapipe's
@@ -257,18 +305,27 @@ shared vec2 s_c[RING_LEN];  // (c_j(q), c_j(k)): shared by all V rows
 shared vec4 s_kr4[1];
 #else
 #define KR_IN_KX false
-shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_LEN * KQ) : 1u];
+shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_ROOM * KQ) : 1u];
 #endif
 #endif // !RSSM_WINDOW
 // The portable flush keeps KK_j of its lane's channel quads in registers
 // (kk_r): a lane holds the same quads of every row it updates.
 #define KK_IN_REGS (RSSM_TILES == 0 && FLUSH_ROWS != 0u)
-const uint RING_SLOTS = RING_CAP + 1u; // array sizes: never 0 (L = 1)
-// Ring entries per subgroup in the coefficient pass.
+// Ring entries per subgroup in the coefficient pass, and ring entries a lane
+// of a row's subgroup reads (entry lane + i * SG_SIZE); with their array
+// extents, never 0 (L = 1). In an `_rt` module the counts are run-time
+// loop bounds and the extents follow RING_ROOM.
+#if RSSM_RUNTIME_SHAPE
+const uint RING_SLOTS = RING_ROOM;
+#define ENTRY_ITERS ((RING_CAP + SG_COUNT - 1u) / SG_COUNT)
+const uint ENTRY_SLOTS = (RING_ROOM - 1u + SG_COUNT - 1u) / SG_COUNT + 1u;
+#define RING_LANES ((RING_CAP + SG_SIZE - 1u) / SG_SIZE)
+#else
+const uint RING_SLOTS = RING_CAP + 1u;
 const uint ENTRY_ITERS = (RING_CAP + SG_COUNT - 1u) / SG_COUNT;
-const uint ENTRY_SLOTS = ENTRY_ITERS + 1u; // array sizes: never 0 (L = 1)
-// Ring entries a lane of a row's subgroup reads (entry lane + i * SG_SIZE).
+const uint ENTRY_SLOTS = ENTRY_ITERS + 1u;
 const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
+#endif
 // Ring entry j's d[v], read from the pool where it is used: the readout
 // reads each value once (one lane per entry); a flush's row update takes
 // it from that lane by shuffle (entries past the subgroup's size: read
@@ -280,7 +337,7 @@ const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 #include "tile.glsl"
 // Padded extents of the flush product: rows V, inner n+1 (at most L), cols K.
 const uint PAD_V = (HEAD_V + TILE_M - 1u) / TILE_M * TILE_M;
-const uint PAD_J = (RING_LEN + TILE_K - 1u) / TILE_K * TILE_K;
+const uint PAD_J = (RING_ROOM + TILE_K - 1u) / TILE_K * TILE_K;
 const uint PAD_K = (HEAD_K + TILE_N - 1u) / TILE_N * TILE_N;
 shared TILE_AB_T s_dx[FLUSH_ONLY(PAD_V * PAD_J)];  // [V][j]: d_0..d_{n-1}, zeros
 shared TILE_AB_T s_kx[FLUSH_ONLY(PAD_J * PAD_K)];  // [j][K]: KK_0..KK_{n-1}, zeros

@@ -81,4 +81,24 @@
 #define RSSM_VK_PUSH_WORDS 31
 #define RSSM_VK_NONE 0xffffffffu
 
+/* Where a head sits in the state and the rings, and model facts that
+ * size and read them: specialization constants of the decode modules a GPU
+ * runs; push constants after RSSM_VK_PUSH_FIELDS in the `_rt` modules a
+ * CPU device runs (-DRSSM_RUNTIME_SHAPE=1, vk/README.md), so that models
+ * that differ only in these share one pipeline there. Strides as
+ * RSSM_VK_SPEC_CK_SLOT.. above; the others as decode.comp's constants of
+ * the same name (ring_len 1 for the packed module; the dtypes
+ * RSSM_CODE_DTYPE_*). */
+#define RSSM_VK_SHAPE_FIELDS(U)                                                    \
+    U(slots_per_buffer) U(layer_words)                                             \
+    U(ck_slot) U(ck_head) U(rd_slot) U(rd_head) U(rk_slot) U(rk_head)             \
+    U(rg_slot) U(rg_head) U(num_qk_heads) U(num_v_heads)                          \
+    U(ring_len) U(ring_dt) U(io_dt)
+#define RSSM_VK_SHAPE_WORDS 15
+/* The `_rt` modules' array extents for a ring of L entries: L rounded up
+ * to a multiple of this (the RING_LEN specialization constant there), so
+ * that rings up to 16 entries share a pipeline, and the emulated tiles'
+ * padded inner extent (a multiple of TILE_K, 16) is what it would be. */
+#define RSSM_VK_RING_ROOM_STEP 16
+
 #endif

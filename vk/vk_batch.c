@@ -107,7 +107,7 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
     /* Descriptor sets and push constants stay bound across pipelines of one layout. */
     ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->decode.layout, 0, 1, &set, 0, NULL);
     /* Constant for the batch's life: safe to bake into the recording. */
-    ctx->vk.vkCmdPushConstants(cb, b->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof b->push, &b->push);
+    vk_decode_push(ctx, cb, &b->decode, &b->push);
     const uint32_t rows = b->params.max_rows;
     if (!layer_by_layer) {
         vk_decode_dispatch(ctx, cb, &b->decode, rows, 0, b->params.layers, false);
@@ -227,8 +227,8 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
     _Static_assert(BIND_COUNT <= VK_MAX_BINDINGS, "bindings");
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, sizeof(vk_push), false, &b->set_layout,
-                                       &b->decode.layout, err);
+    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, vk_decode_push_bytes(ctx), false,
+                                       &b->set_layout, &b->decode.layout, err);
     if (st != RSSM_OK)
         return st;
     st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);

@@ -363,12 +363,25 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
 
     bool use_cm = ctx->device_coopmat && ctx->kernels == VK_KERNELS_COOPMAT;
     /* The compiler's own statistics of each pipeline (registers, spills,
-     * shared memory) on request: how docs/bench.md explains a kernel's time. */
-    ctx->pipeline_stats = env_on("RSSM_VK_PIPELINE_STATS") && stats_ext && stats_f.pipelineExecutableInfo;
+     * shared memory) on request: how docs/bench.md explains a kernel's time;
+     * and on every device each pipeline created, with the time that took
+     * (docs/testing.md). */
+    ctx->pipeline_times = env_on("RSSM_VK_PIPELINE_STATS");
+    ctx->pipeline_stats = ctx->pipeline_times && stats_ext && stats_f.pipelineExecutableInfo;
     /* Overrides for measuring the kernel choices (docs/bench.md). */
     const char *split = getenv("RSSM_VK_ROW_SPLIT"), *prefetch = getenv("RSSM_VK_PREFETCH");
     ctx->tune_row_split = split ? (uint32_t)strtoul(split, NULL, 10) : 0;
     ctx->tune_prefetch = prefetch && *prefetch ? strcmp(prefetch, "0") != 0 : -1;
+    /* On a CPU device every pipeline is an LLVM compile at its first
+     * dispatch (lavapipe), most of a cold test run: the `_rt` modules take
+     * the head's place and counts, the ring length and the ring and io
+     * dtypes as push constants, so that models differing only in those
+     * share pipelines there; a GPU keeps them constant (docs/design.md
+     * §8). The `_cm` module has no such form. RSSM_VK_RUNTIME_SHAPE=0 runs
+     * a GPU's modules (the tests do, for a few cases). */
+    const char *rt = getenv("RSSM_VK_RUNTIME_SHAPE");
+    ctx->runtime_shape = vk_cpu_device(ctx) && ctx->kernels != VK_KERNELS_COOPMAT && !(rt && !strcmp(rt, "0")) &&
+                         ctx->props.limits.maxPushConstantsSize >= sizeof(vk_push) + sizeof(vk_shape);
     cm_f.pNext = NULL;
     stats_f.pNext = use_cm ? &cm_f : NULL;
     VkPhysicalDeviceVulkan13Features e13 = {

@@ -76,7 +76,11 @@ typedef struct vk_ctx {
     bool destroying;
     bool create_failed;              /* vk_ctx_create is undoing a failed create */
     bool validation_failed;    /* a message arrived; the next call fails */
-    bool pipeline_stats;       /* RSSM_VK_PIPELINE_STATS=1 and the device can */
+    bool pipeline_times;       /* RSSM_VK_PIPELINE_STATS=1: each pipeline created, and how long that took */
+    bool pipeline_stats;       /* ... and the driver's statistics, where the device can */
+    /* The decode pipelines take vk_shape as push constants (the `_rt`
+     * modules; vk_device.c says when). */
+    bool runtime_shape;
     /* Measurement overrides of two kernel choices (docs/bench.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
      * rule in vk_pipeline.c) and RSSM_VK_PREFETCH=0|1 (-1: the rule). */
@@ -127,20 +131,25 @@ typedef struct vk_pool {
     vk_buffer staging;    /* host-visible, one slot */
 } vk_pool;
 
-/* What a decode pipeline is specialised for besides the model: where a
- * head is in the state and rings (decode.comp's SLOTS_PER_BUFFER,
- * LAYER_WORDS and X_SLOT, X_HEAD constants, in elements). */
+/* What a decode pipeline is specialised for besides the model, or on a
+ * CPU device (vk_ctx.runtime_shape) is pushed after vk_push: where a head
+ * is in the state and rings (decode.comp's SLOTS_PER_BUFFER, 0 for one
+ * layer on the caller's tensors, LAYER_WORDS and X_SLOT, X_HEAD constants,
+ * in elements), the head counts, the ring length and the ring and io
+ * dtypes (vk_abi.h). */
+#define VK_SHAPE_U(name) uint32_t name;
 typedef struct vk_shape {
-    uint32_t slots_per_buffer; /* 0: one layer on the caller's tensors */
-    uint32_t layer_words;
-    uint32_t ck_slot, ck_head, rd_slot, rd_head, rk_slot, rk_head, rg_slot, rg_head;
+    RSSM_VK_SHAPE_FIELDS(VK_SHAPE_U)
 } vk_shape;
+#undef VK_SHAPE_U
+_Static_assert(sizeof(vk_shape) == 4 * RSSM_VK_SHAPE_WORDS, "shape words are 32-bit");
 
 /* A decode step's pipelines: the rows that flush (packed: every row) and,
  * for replay with L > 1, the rows that do not, with their workgroups per
  * value head, on one pipeline layout. */
 typedef struct vk_decode {
     VkPipelineLayout layout;
+    vk_shape shape; /* what vk_decode_push pushes after vk_push, on a runtime_shape device */
     VkPipeline flush, readout;
     uint32_t split, split_readout;
     uint32_t heads; /* HV */
@@ -224,6 +233,10 @@ extern const vk_spirv vk_spirv_decode_packed;
 extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
+/* The first three as a CPU device runs them (vk_ctx.runtime_shape) */
+extern const vk_spirv vk_spirv_decode_packed_rt;
+extern const vk_spirv vk_spirv_decode_replay_rt;
+extern const vk_spirv vk_spirv_decode_replay_cm_emu_rt;
 extern const vk_spirv vk_spirv_window;           /* decode.comp with RSSM_WINDOW: shaders/window.glsl */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 extern const vk_spirv vk_spirv_advance;          /* shaders/advance.comp */
@@ -254,6 +267,10 @@ void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io 
 rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              vk_decode *d, rssm_error *err);
 void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
+/* The push-constant bytes of a decode pipeline layout, and the push of
+ * *pc (and, on a runtime_shape device, d's shape after it) into cb. */
+uint32_t vk_decode_push_bytes(const vk_ctx *ctx);
+void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const vk_push *pc);
 /* Dispatches a step of `rows` workgroup rows over layers first ..
  * first + count - 1: the read-only rows' pipeline, then the flushing
  * rows' (each pipeline's other rows return at once; the two touch disjoint

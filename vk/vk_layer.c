@@ -210,8 +210,8 @@ rssm_status vk_layer_create(void *vctx, const rssm_kernel_params *p, const rssm_
     vk_push_init(&l->push, p, shape);
     vk_shape vs;
     vk_shape_init(&vs, p, shape, 0, 0);
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, sizeof(vk_push), true, &l->set_layout,
-                                       &l->decode.layout, err);
+    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, vk_decode_push_bytes(ctx), true,
+                                       &l->set_layout, &l->decode.layout, err);
     if (st == RSSM_OK)
         st = vk_decode_create(ctx, &vs, p, l->decode.layout, &l->decode, err);
     if (st == RSSM_OK)
@@ -420,7 +420,7 @@ static rssm_status record_bind(vk_ctx *ctx, vk_layer *l, VkCommandBuffer cb, uin
         barrier(ctx, cb);
     }
     ctx->vk.vkCmdPushDescriptorSetKHR(cb, VK_PIPELINE_BIND_POINT_COMPUTE, l->decode.layout, 0, BIND_COUNT, w);
-    ctx->vk.vkCmdPushConstants(cb, l->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof *pc, pc);
+    vk_decode_push(ctx, cb, &l->decode, pc);
     return RSSM_OK;
 }
 

@@ -3,6 +3,7 @@
 #include "vk_internal.h"
 #include "error.h"
 #include "dtype.h"
+#include "timing.h"
 
 #include <stdio.h>
 
@@ -22,11 +23,21 @@ void vk_model_params(const rssm_model *m, rssm_kernel_params *p)
     rssm_kernel_params_init(p, m, &layout, 1);
 }
 
+/* The extent of a replay pipeline's ring arrays (decode.comp's RING_LEN
+ * specialization constant): the ring length, or in an `_rt` module (a CPU
+ * device) the ring length rounded up to RSSM_VK_RING_ROOM_STEP, so that
+ * models whose rings fall in one step share the pipeline. */
+static uint32_t ring_extent(const vk_ctx *ctx, uint32_t ring_len)
+{
+    const uint32_t step = RSSM_VK_RING_ROOM_STEP;
+    return ctx->runtime_shape ? (ring_len + step - 1) / step * step : ring_len;
+}
+
 /* One pipeline's shared memory, as decode.comp declares it (FLUSH_ONLY
  * arrays are one element in the pipeline of the rows that do not flush). */
 static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows)
 {
-    const size_t K = p->head_k, V = p->head_v, L = p->ring_len;
+    const size_t K = p->head_k, V = p->head_v, L = ring_extent(ctx, p->ring_len);
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 3 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_v s_d s_o, s_red */
     if (vk_runs_packed(p))
@@ -74,14 +85,15 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t m
 
 static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
+    const bool rt = ctx->runtime_shape;
     if (vk_runs_packed(p))
-        return &vk_spirv_decode_packed;
+        return rt ? &vk_spirv_decode_packed_rt : &vk_spirv_decode_packed;
     if (!vk_uses_tiles(ctx, p))
-        return &vk_spirv_decode_replay;
+        return rt ? &vk_spirv_decode_replay_rt : &vk_spirv_decode_replay;
     switch (ctx->kernels) {
     case VK_KERNELS_COOPMAT: return &vk_spirv_decode_replay_cm;
-    case VK_KERNELS_COOPMAT_EMULATED: return &vk_spirv_decode_replay_cm_emu;
-    default: return &vk_spirv_decode_replay;
+    case VK_KERNELS_COOPMAT_EMULATED: return rt ? &vk_spirv_decode_replay_cm_emu_rt : &vk_spirv_decode_replay_cm_emu;
+    default: return rt ? &vk_spirv_decode_replay_rt : &vk_spirv_decode_replay;
     }
 }
 
@@ -128,6 +140,16 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_cou
     return RSSM_OK;
 }
 
+/* "rssm vulkan pipeline <module> spec=<values>" on stderr, what
+ * RSSM_VK_PIPELINE_STATS prints a pipeline's lines with. */
+static void print_pipeline(const vk_spirv *spv, const VkSpecializationInfo *spec)
+{
+    fprintf(stderr, "rssm vulkan pipeline %s", spv->name);
+    const uint32_t *sv = spec ? spec->pData : NULL;
+    for (uint32_t i = 0; sv && i < spec->dataSize / 4; i++)
+        fprintf(stderr, "%s%u", i ? "," : " spec=", sv[i]);
+}
+
 /* One line per executable of a pipeline on stderr: the driver compiler's
  * statistics (registers, spills, shared memory...), as it names them. */
 static void print_stats(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec, VkPipeline pipeline)
@@ -140,10 +162,7 @@ static void print_stats(vk_ctx *ctx, const vk_spirv *spv, const VkSpecialization
     if (ctx->vk.vkGetPipelineExecutablePropertiesKHR(ctx->device, &pi, &n, exe) < 0)
         return;
     for (uint32_t e = 0; e < n; e++) {
-        fprintf(stderr, "rssm vulkan pipeline %s", spv->name);
-        const uint32_t *sv = spec ? spec->pData : NULL;
-        for (uint32_t i = 0; sv && i < spec->dataSize / 4; i++)
-            fprintf(stderr, "%s%u", i ? "," : " spec=", sv[i]);
+        print_pipeline(spv, spec);
         fprintf(stderr, " [%s]:", exe[e].name);
         VkPipelineExecutableInfoKHR ei = {.sType = VK_STRUCTURE_TYPE_PIPELINE_EXECUTABLE_INFO_KHR,
                                           .pipeline = pipeline, .executableIndex = e};
@@ -196,11 +215,16 @@ rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecia
                  (ctx->pipeline_stats ? VK_PIPELINE_CREATE_CAPTURE_STATISTICS_BIT_KHR : 0),
         .layout = layout,
     };
+    const double t0 = ctx->pipeline_times ? rssm_now_seconds() : 0.0;
     r = ctx->vk.vkCreateComputePipelines(ctx->device, ctx->pipeline_cache, 1, &pci, NULL, out);
     ctx->vk.vkDestroyShaderModule(ctx->device, module, NULL);
     if (r != VK_SUCCESS) {
         *out = VK_NULL_HANDLE;
         return vk_fail(ctx, r, "vkCreateComputePipelines", err);
+    }
+    if (ctx->pipeline_times) {
+        print_pipeline(spv, spec);
+        fprintf(stderr, ": %.3f s\n", rssm_now_seconds() - t0);
     }
     if (ctx->pipeline_stats)
         print_stats(ctx, spv, spec, *out);
@@ -212,7 +236,16 @@ void vk_shape_init(vk_shape *shape, const rssm_kernel_params *p, const rssm_laye
                    uint32_t layer_words)
 {
     const size_t ssz = rssm_dtype_size((rssm_dtype)p->state_dtype), rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
+    const bool packed = vk_runs_packed(p);
     *shape = (vk_shape){
+        /* The packed module has no ring: 1 entry, and one ring dtype, so
+         * packed models that differ only in their (unused) ring share a
+         * pipeline. */
+        .ring_len = packed ? 1u : p->ring_len,
+        .ring_dt = packed ? RSSM_CODE_DTYPE_F32 : p->ring_dtype,
+        .io_dt = p->io_dtype,
+        .num_qk_heads = p->num_qk_heads,
+        .num_v_heads = p->num_v_heads,
         .slots_per_buffer = slots_per_buffer,
         .layer_words = layer_words,
         .ck_slot = (uint32_t)(io->ckpt_slot / ssz),
@@ -249,9 +282,25 @@ void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io 
     };
 }
 
+uint32_t vk_decode_push_bytes(const vk_ctx *ctx)
+{
+    return (uint32_t)(sizeof(vk_push) + (ctx->runtime_shape ? sizeof(vk_shape) : 0));
+}
+
+void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const vk_push *pc)
+{
+    ctx->vk.vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof *pc, pc);
+    if (ctx->runtime_shape)
+        ctx->vk.vkCmdPushConstants(cb, d->layout, VK_SHADER_STAGE_COMPUTE_BIT, sizeof *pc, sizeof d->shape,
+                                   &d->shape);
+}
+
 /* The decode pipeline of the rows that flush (flush_rows) or of those that
  * do not (replay with L > 1 only); a model that runs the packed module has
- * the one, flush_rows = true. */
+ * the one, flush_rows = true. An `_rt` module (a CPU device) reads `shape`
+ * from the push constants instead and its specialization leaves it out
+ * (ring_extent sizes its ring arrays), so that models of one gate and head
+ * shape share its pipelines. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
                                    VkPipelineLayout layout, bool flush_rows, uint32_t row_split, const vk_spirv *module,
                                    VkPipeline *out, rssm_error *err)
@@ -260,23 +309,23 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
     const vk_spirv *spv = module ? module : module_for(ctx, p);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
+    const bool rt = !module && ctx->runtime_shape;
+    const vk_shape none = {0}, *sp = rt ? &none : shape;
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
         [RSSM_VK_SPEC_GATE_KIND] = p->gate_kind,
         [RSSM_VK_SPEC_HEAD_K] = p->head_k,
         [RSSM_VK_SPEC_HEAD_V] = p->head_v,
-        [RSSM_VK_SPEC_RING_LEN] = packed ? 1u : p->ring_len,
+        [RSSM_VK_SPEC_RING_LEN] = rt && !packed ? ring_extent(ctx, shape->ring_len) : shape->ring_len,
         [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
         [RSSM_VK_SPEC_STATE_DT] = p->state_dtype,
-        /* The packed module has no ring: one value, so packed models that
-         * differ only in their (unused) ring dtype share a pipeline. */
-        [RSSM_VK_SPEC_RING_DT] = packed ? RSSM_CODE_DTYPE_F32 : p->ring_dtype,
-        [RSSM_VK_SPEC_IO_DT] = p->io_dtype,
+        [RSSM_VK_SPEC_RING_DT] = sp->ring_dt,
+        [RSSM_VK_SPEC_IO_DT] = sp->io_dt,
         [RSSM_VK_SPEC_TILE_M] = ctx->tile_m,
         [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
         [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || packed,
-        [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = shape->slots_per_buffer,
+        [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = sp->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
          * others: not in a replay flush, whose rows and KK_j take them; not
@@ -284,18 +333,18 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
         [RSSM_VK_SPEC_PREFETCH] = ctx->tune_prefetch >= 0 ? (uint32_t)ctx->tune_prefetch
                                                           : (uint32_t)((!flush_rows || packed) && !cpu),
         [RSSM_VK_SPEC_UNROLL_RING] = !cpu,
-        [RSSM_VK_SPEC_NUM_QK_HEADS] = p->num_qk_heads,
-        [RSSM_VK_SPEC_NUM_V_HEADS] = p->num_v_heads,
-        [RSSM_VK_SPEC_LAYER_WORDS] = shape->layer_words,
-        [RSSM_VK_SPEC_CK_SLOT] = shape->ck_slot,
-        [RSSM_VK_SPEC_CK_HEAD] = shape->ck_head,
+        [RSSM_VK_SPEC_NUM_QK_HEADS] = sp->num_qk_heads,
+        [RSSM_VK_SPEC_NUM_V_HEADS] = sp->num_v_heads,
+        [RSSM_VK_SPEC_LAYER_WORDS] = sp->layer_words,
+        [RSSM_VK_SPEC_CK_SLOT] = sp->ck_slot,
+        [RSSM_VK_SPEC_CK_HEAD] = sp->ck_head,
         /* The packed module has no ring: its strides are not specialised. */
-        [RSSM_VK_SPEC_RD_SLOT] = packed ? 0 : shape->rd_slot,
-        [RSSM_VK_SPEC_RD_HEAD] = packed ? 0 : shape->rd_head,
-        [RSSM_VK_SPEC_RK_SLOT] = packed ? 0 : shape->rk_slot,
-        [RSSM_VK_SPEC_RK_HEAD] = packed ? 0 : shape->rk_head,
-        [RSSM_VK_SPEC_RG_SLOT] = packed ? 0 : shape->rg_slot,
-        [RSSM_VK_SPEC_RG_HEAD] = packed ? 0 : shape->rg_head,
+        [RSSM_VK_SPEC_RD_SLOT] = packed ? 0 : sp->rd_slot,
+        [RSSM_VK_SPEC_RD_HEAD] = packed ? 0 : sp->rd_head,
+        [RSSM_VK_SPEC_RK_SLOT] = packed ? 0 : sp->rk_slot,
+        [RSSM_VK_SPEC_RK_HEAD] = packed ? 0 : sp->rk_head,
+        [RSSM_VK_SPEC_RG_SLOT] = packed ? 0 : sp->rg_slot,
+        [RSSM_VK_SPEC_RG_HEAD] = packed ? 0 : sp->rg_head,
     };
     VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
     for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
@@ -319,7 +368,7 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
 rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              vk_decode *d, rssm_error *err)
 {
-    *d = (vk_decode){.layout = layout, .heads = p->num_v_heads};
+    *d = (vk_decode){.layout = layout, .shape = *shape, .heads = p->num_v_heads};
     d->split = vk_row_split(ctx, p, p->max_rows, true);
     rssm_status st = pipeline_create(ctx, shape, p, layout, true, d->split, NULL, &d->flush, err);
     if (st == RSSM_OK && !vk_runs_packed(p)) {

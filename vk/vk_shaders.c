@@ -18,6 +18,21 @@ const vk_spirv vk_spirv_decode_replay = {"decode_replay", decode_replay_words, s
 const vk_spirv vk_spirv_decode_replay_cm_emu = {"decode_replay_cm_emu", decode_replay_cm_emu_words,
                                                 sizeof decode_replay_cm_emu_words};
 
+static const uint32_t decode_packed_rt_words[] = {
+#include "decode_packed_rt.inc"
+};
+static const uint32_t decode_replay_rt_words[] = {
+#include "decode_replay_rt.inc"
+};
+static const uint32_t decode_replay_cm_emu_rt_words[] = {
+#include "decode_replay_cm_emu_rt.inc"
+};
+
+const vk_spirv vk_spirv_decode_packed_rt = {"decode_packed_rt", decode_packed_rt_words, sizeof decode_packed_rt_words};
+const vk_spirv vk_spirv_decode_replay_rt = {"decode_replay_rt", decode_replay_rt_words, sizeof decode_replay_rt_words};
+const vk_spirv vk_spirv_decode_replay_cm_emu_rt = {"decode_replay_cm_emu_rt", decode_replay_cm_emu_rt_words,
+                                                   sizeof decode_replay_cm_emu_rt_words};
+
 static const uint32_t window_words[] = {
 #include "window.inc"
 };
