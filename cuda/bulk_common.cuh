@@ -102,9 +102,9 @@ __device__ __forceinline__ void bulk_load(void *dst, const void *src, uint32_t b
  * writing warp, plus the bulk copies' bytes) and empty (every consumer
  * lane); per unit-queue slot, the producer's publish. */
 __device__ __forceinline__ void init_barriers(uint64_t *full, uint64_t *empty, uint32_t stage_readers, uint64_t *cfull,
-                                              uint64_t *cempty, int bufs, uint64_t *ufull)
+                                              uint64_t *cempty, int bufs, uint64_t *ufull, int stages = kStages)
 {
-    for (int s = 0; s < kStages; ++s) {
+    for (int s = 0; s < stages; ++s) {
         bar_init(&full[s], 1);
         bar_init(&empty[s], stage_readers);
     }
@@ -206,7 +206,7 @@ struct Schedule {
     }
 };
 
-template <int ST, bool RING, typename Args>
+template <int ST, bool RING, int NS = kStages, typename Args>
 __device__ __forceinline__ void produce(const Args &a, uint8_t *stages, StageMeta *meta, uint64_t *full,
                                         uint64_t *empty, Schedule &sch)
 {
@@ -235,9 +235,9 @@ __device__ __forceinline__ void produce(const Args &a, uint8_t *stages, StageMet
         const uint32_t hv = u % HV;
         const uint8_t *C = at_slot(a.b.io.ckpt, a.b.io.ckpt_slot, a.b.io.ckpt_head, st.slot, hv);
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
-            const uint32_t s = it % kStages;
-            if (it >= (uint32_t)kStages)
-                bar_wait(&empty[s], ((it / kStages) & 1u) ^ 1u);
+            const uint32_t s = it % NS;
+            if (it >= (uint32_t)NS)
+                bar_wait(&empty[s], ((it / NS) & 1u) ^ 1u);
             meta[s] = StageMeta{st.slot, RING ? st.n : 0u, row_meta_flag(st), u};
             bar_arrive_tx(&full[s], tile_bytes);
             bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);

@@ -576,15 +576,20 @@ rssm_status window_reserve(CudaBatch *b, uint32_t rows, uint32_t t_max, rssm_err
     return RSSM_OK;
 }
 
-/* The fewest draft tokens the window kernels run. On the H200 (torch in
- * CUDA graphs, bench/results/h200_verify) a window of 2 took 0.71-0.89x the
- * time of its 2 steps at batch 16 to 256; one token must be a step anyway,
- * bit for bit (docs/design.md §9). */
-constexpr uint32_t kWindowMinTokens = 2;
+/* The fewest draft tokens the window kernels run: one token must be a step,
+ * bit for bit (docs/design.md §9); beyond that, what the H200 measured
+ * (torch in CUDA graphs, bench/results/h200_verify): where the plan runs the
+ * bulk kernel (batches that give every SM a row and head), a window of 2
+ * took 0.66-0.83x the time of its 2 steps; below that (batch 1), 1.13-1.22x,
+ * and a window of 4 0.57-0.60x its 4 steps. */
+uint32_t window_min_tokens(const rssm_cuda_plan &plan)
+{
+    return plan.kernel == RSSM_CUDA_KERNEL_BULK ? 2u : 4u;
+}
 
 /* The window of every row at once (window_kernel.cu), layer by layer: the
  * layer's tokens up, the window's launches, its outputs down. Windows the
- * kernels do not take (fewer than kWindowMinTokens tokens, rings beyond the
+ * kernels do not take (fewer than window_min_tokens, rings beyond the
  * stream kernels') are handed back to common code, which runs them one step
  * per token. */
 rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
@@ -595,7 +600,7 @@ rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     const rssm_kernel_params &p = b->params;
-    if (t_max < kWindowMinTokens || !rssm_cuda_window_supported(&p))
+    if (t_max < window_min_tokens(b->plan) || !rssm_cuda_window_supported(&p))
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: this window runs one step per token");
     rssm_status st = window_reserve(b, rows, t_max, err);
     if (st != RSSM_OK)

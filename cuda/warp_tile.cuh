@@ -90,9 +90,9 @@ template <int ST, int CPT, int RPL> struct WarpTile {
                                              float (&acc)[NT][4]) const
     {
         static_assert(RPL == 2, "an m16 fragment is rows g and g + 8");
-        /* the small products in accumulators of their own: two dependent
+        /* the small products in accumulators of their own: three dependent
          * chains per tile instead of one three times as long */
-        float lo[NT][4] = {};
+        float lo[NT][4] = {}, lo2[NT][4] = {};
 #pragma unroll
         for (int G = 0; G < NG; ++G) {
             if ((uint32_t)G * 4u * CPT >= K)
@@ -124,7 +124,7 @@ template <int ST, int CPT, int RPL> struct WarpTile {
                     mma1688_tf32(acc[u], ah, bh0, bh1);
                     mma1688_tf32(lo[u], ah, __float_as_uint(b.z), __float_as_uint(b.w));
                     if constexpr (ST == kF32)
-                        mma1688_tf32(lo[u], al, bh0, bh1);
+                        mma1688_tf32(lo2[u], al, bh0, bh1);
                 }
             }
         }
@@ -132,7 +132,7 @@ template <int ST, int CPT, int RPL> struct WarpTile {
         for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int e = 0; e < 4; ++e)
-                acc[u][e] += lo[u][e];
+                acc[u][e] += lo[u][e] + lo2[u][e];
     }
 
     /* The lane's share of C qv and C kv for each of its rows, added to pq

@@ -21,7 +21,7 @@
  * Roles, per CTA (one per SM):
  *
  *  - the producer (bulk_common.cuh's produce) streams each unit's (batch
- *    row, value head) checkpoint in 16 KiB tiles through kStages stages;
+ *    row, value head) checkpoint in 16 KiB tiles through kWStages stages;
  *  - kCoefWarps loader warps each take a unit: its tokens' records into a
  *    unit buffer, the weights split into TF32 parts in the B layout of
  *    warp_tile.cuh's products(); its ring d [n][V] and every token's v by
@@ -54,10 +54,14 @@ namespace {
 
 using namespace rssm_bulk;
 
-constexpr int kCoefWarps = 3; /* loader warps */
+constexpr int kCoefWarps = 2; /* loader warps */
 constexpr int kThreads = 32 * (kConsumers + kCoefWarps + 1);
 constexpr int kProducerWarp = kConsumers + kCoefWarps;
-static_assert(kLead + kCoefWarps <= kUq - kStages, "a queue slot is reused only after its unit is consumed");
+/* Eight stages in flight: a consumer group holds its stage through the
+ * products and the tokens' chain, so fewer would leave too few loading to
+ * keep the memory busy (bench/results/h200_verify/notes.md). */
+constexpr int kWStages = 8;
+static_assert(kLead + kCoefWarps <= kUq - kWStages, "a queue slot is reused only after its unit is consumed");
 static_assert(2 * kJ == 32, "a token's 2 kJ ring coefficients fill one reduce-scatter");
 
 /* A unit's buffer for windows of up to TP tokens, in floats: the tokens'
@@ -72,13 +76,13 @@ template <int TP> struct Buf {
     static constexpr int WS = 0, CQ = WS + 2 * TP * (int)Tile::kBStride * 4, CK = CQ + TP * kJ;
     static constexpr int MISC = CK + TP * kJ, HDR = MISC + 2 * TP, FLOATS = HDR + 4;
     static constexpr int D = FLOATS * 4, VIN = D + kCoDBytes, BYTES = VIN + TP * kCoVBytes;
-    static constexpr int BUFS = TP == 4 ? 7 : 4;
+    static constexpr int BUFS = TP == 4 ? 4 : 2;
     static_assert(FLOATS % 4 == 0 && BYTES % 16 == 0, "16-byte aligned parts");
     static_assert(BUFS >= kCoefWarps, "parity waits need a buffer per coefficient warp");
-    static constexpr size_t kStagesAt = 0, kBufsAt = (size_t)kStages * kStageBytes;
+    static constexpr size_t kStagesAt = 0, kBufsAt = (size_t)kWStages * kStageBytes;
     static constexpr size_t kMetaAt = kBufsAt + (size_t)BUFS * BYTES;
-    static constexpr size_t kBarsAt = kMetaAt + (size_t)kStages * sizeof(StageMeta);
-    static constexpr size_t kQueueAt = kBarsAt + (size_t)(2 * kStages + 2 * BUFS + kUq) * sizeof(uint64_t);
+    static constexpr size_t kBarsAt = kMetaAt + (size_t)kWStages * sizeof(StageMeta);
+    static constexpr size_t kQueueAt = kBarsAt + (size_t)(2 * kWStages + 2 * BUFS + kUq) * sizeof(uint64_t);
     static constexpr size_t kSmem = kQueueAt + (size_t)kUq * sizeof(uint32_t);
     static_assert(kSmem <= 227u * 1024u, "fits an SM's shared memory");
 };
@@ -90,7 +94,7 @@ template <int ST> struct WGeom {
     static constexpr int RC = Geometry<ST>::RC, WARPS = RC / 16, GROUPS = kConsumers / WARPS;
     static constexpr int CPT = ST == kF32 ? 4 : 8; /* a lane's channels per 16-byte load */
     using Tile = WarpTile<ST, CPT, 2>;
-    static_assert(WARPS * 16 == RC && GROUPS * WARPS == kConsumers && kStages % GROUPS == 0, "stage split");
+    static_assert(WARPS * 16 == RC && GROUPS * WARPS == kConsumers && kWStages % GROUPS == 0, "stage split");
 };
 
 /* ------------------------------------------------------ the loader warps */
@@ -312,19 +316,19 @@ template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1)
     uint8_t *bufs = smem + B::kBufsAt;
     StageMeta *meta = reinterpret_cast<StageMeta *>(smem + B::kMetaAt);
     uint64_t *full = reinterpret_cast<uint64_t *>(smem + B::kBarsAt);
-    uint64_t *empty = full + kStages, *cfull = empty + kStages, *cempty = cfull + B::BUFS;
+    uint64_t *empty = full + kWStages, *cfull = empty + kWStages, *cempty = cfull + B::BUFS;
     uint64_t *ufull = cempty + B::BUFS;
     uint32_t *uq = reinterpret_cast<uint32_t *>(smem + B::kQueueAt);
 
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
     if (threadIdx.x == 0)
-        init_barriers(full, empty, 32u * WGeom<ST>::WARPS, cfull, cempty, B::BUFS, ufull);
+        init_barriers(full, empty, 32u * WGeom<ST>::WARPS, cfull, cempty, B::BUFS, ufull, kWStages);
     __syncthreads();
 
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
             Schedule sch{uq, ufull, a.b.work, a.rows * a.p.num_v_heads, 0u, 0u, (uint32_t)kCoefWarps, kNoUnit};
-            produce<ST, true>(a, stages, meta, full, empty, sch);
+            produce<ST, true, kWStages>(a, stages, meta, full, empty, sch);
         }
         return;
     }
@@ -360,8 +364,8 @@ template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1)
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
             if (it % Wg::GROUPS != group)
                 continue;
-            const uint32_t s = it % kStages;
-            bar_wait(&full[s], (it / kStages) & 1u);
+            const uint32_t s = it % kWStages;
+            bar_wait(&full[s], (it / kWStages) & 1u);
             consume_window<ST, RT, TP>(a, stages + (size_t)s * kStageBytes, meta[s], c, wi, co);
             bar_arrive(&empty[s]);
         }

@@ -36,10 +36,10 @@
  *    append of d. The tile is never written back: a window has no flush.
  *
  * On the H200 (bench/results/h200_verify/notes.md) a window of 4 costs
- * 1.6-2.0x one replay step at batch 16 to 256 and 0.43-0.49x its four steps
- * at batch 256; profiled at batch 256, the persistent readout streams at
- * about half the copy bandwidth and the coefficient kernel takes a fifth
- * of the window's time.
+ * 1.5-1.9x one replay step at batch 16 to 256 and 0.39-0.48x its four steps
+ * at batch 256; profiled at batch 256, the persistent readout streamed at
+ * about half the copy bandwidth (four stages; eight since) and the
+ * coefficient kernel takes a fifth of the window's time.
  *
  * The decay walk multiplies the entries' exp(g_j), taken once per window,
  * where a step takes exp of each partial sum: the products differ from the
