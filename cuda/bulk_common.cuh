@@ -1,9 +1,9 @@
 /*
  * What the persistent bulk-copy kernels share (bulk_kernel.cu, the decode
  * step; window_bulk_kernel.cu, the speculative-decode window): the stage
- * geometry, mbarriers and bulk copies, the unit schedule, the producer that
- * streams checkpoint tiles into shared memory, and the warp reductions of
- * the consumers. Why each is as it is: bulk_kernel.cu's header and
+ * geometry, mbarriers and bulk copies, the unit schedule, and the producer
+ * that streams checkpoint tiles into shared memory. Why each is as it is:
+ * bulk_kernel.cu's header and
  * bench/results/h200_notes.md.
  */
 #ifndef RSSM_BULK_COMMON_CUH

@@ -143,8 +143,11 @@ cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p);
 cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
                                     uint32_t t_max, cudaStream_t stream);
-/* The persistent window's share (window_bulk_kernel.cu): the bulk kernel's
- * shapes (rssm_cuda_bulk_supported), windows of 1 to 8 tokens. */
+/* The persistent readout's share (window_bulk_kernel.cu): the bulk kernel's
+ * shapes (rssm_cuda_bulk_supported), windows of 1 to 8 tokens. Its launch
+ * reads the records in b->scratch as a programmatic dependent of the
+ * launch before it, so it is made only by rssm_cuda_window_launch, right
+ * after the coefficient kernel. */
 int rssm_cuda_window_bulk_supported(const rssm_kernel_params *p, uint32_t t_max);
 cudaError_t rssm_cuda_window_bulk_prepare(const rssm_kernel_params *p);
 cudaError_t rssm_cuda_window_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,

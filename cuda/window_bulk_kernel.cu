@@ -22,7 +22,7 @@
  *
  *  - the producer (bulk_common.cuh's produce) streams each unit's (batch
  *    row, value head) checkpoint in 16 KiB tiles through kWStages stages;
- *  - kCoefWarps loader warps each take a unit: its tokens' records into a
+ *  - kLoadWarps loader warps each take a unit: its tokens' records into a
  *    unit buffer, the weights split into TF32 parts in the B layout of
  *    warp_tile.cuh's products(); its ring d [n][V] and every token's v by
  *    bulk copies;
@@ -54,14 +54,14 @@ namespace {
 
 using namespace rssm_bulk;
 
-constexpr int kCoefWarps = 2; /* loader warps */
-constexpr int kThreads = 32 * (kConsumers + kCoefWarps + 1);
-constexpr int kProducerWarp = kConsumers + kCoefWarps;
+constexpr int kLoadWarps = 2;
+constexpr int kThreads = 32 * (kConsumers + kLoadWarps + 1);
+constexpr int kProducerWarp = kConsumers + kLoadWarps;
 /* Eight stages in flight: a consumer group holds its stage through the
  * products and the tokens' chain, so fewer would leave too few loading to
  * keep the memory busy (bench/results/h200_verify/notes.md). */
 constexpr int kWStages = 8;
-static_assert(kLead + kCoefWarps <= kUq - kWStages, "a queue slot is reused only after its unit is consumed");
+static_assert(kLead + kLoadWarps <= kUq - kWStages, "a queue slot is reused only after its unit is consumed");
 static_assert(2 * kJ == 32, "a token's 2 kJ ring coefficients fill one reduce-scatter");
 
 /* A unit's buffer for windows of up to TP tokens, in floats: the tokens'
@@ -78,7 +78,7 @@ template <int TP> struct Buf {
     static constexpr int D = FLOATS * 4, VIN = D + kCoDBytes, BYTES = VIN + TP * kCoVBytes;
     static constexpr int BUFS = TP == 4 ? 4 : 2;
     static_assert(FLOATS % 4 == 0 && BYTES % 16 == 0, "16-byte aligned parts");
-    static_assert(BUFS >= kCoefWarps, "parity waits need a buffer per coefficient warp");
+    static_assert(BUFS >= kLoadWarps, "parity waits need a buffer per loader warp");
     static constexpr size_t kStagesAt = 0, kBufsAt = (size_t)kWStages * kStageBytes;
     static constexpr size_t kMetaAt = kBufsAt + (size_t)BUFS * BYTES;
     static constexpr size_t kBarsAt = kMetaAt + (size_t)kWStages * sizeof(StageMeta);
@@ -327,14 +327,14 @@ template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1)
 
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
-            Schedule sch{uq, ufull, a.b.work, a.rows * a.p.num_v_heads, 0u, 0u, (uint32_t)kCoefWarps, kNoUnit};
+            Schedule sch{uq, ufull, a.b.work, a.rows * a.p.num_v_heads, 0u, 0u, (uint32_t)kLoadWarps, kNoUnit};
             produce<ST, true, kWStages>(a, stages, meta, full, empty, sch);
         }
         return;
     }
     if (warp >= (uint32_t)kConsumers) {
         pdl_wait(); /* the records of the coefficient kernel before this one */
-        for (uint32_t ui = warp - kConsumers;; ui += kCoefWarps) {
+        for (uint32_t ui = warp - kConsumers;; ui += kLoadWarps) {
             const uint32_t b = ui % B::BUFS;
             if (ui >= (uint32_t)B::BUFS)
                 bar_wait(&cempty[b], ((ui / B::BUFS) & 1u) ^ 1u);
