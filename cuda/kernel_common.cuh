@@ -531,6 +531,27 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
     return o;
 }
 
+/* The scalar gate of a GDN value head hv for step-array row io: its
+ * log-decay g and beta, as channel_inputs gives them, for a thread that
+ * takes another head's (the window's coefficient kernel serves every value
+ * head of a q/k head). */
+struct HeadGate {
+    float g, beta;
+};
+template <typename Args> __device__ __forceinline__ HeadGate head_gate(const Args &a, uint32_t io, uint32_t hv)
+{
+    const rssm_kernel_params &p = a.p;
+    const rssm_layer_io &L = a.b.io;
+    const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
+    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
+    const float x = load_io(L.gate + io * L.gate_row, hv, gate_bf16);
+    const float b = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
+    HeadGate o;
+    o.g = raw ? raw_gate(p, x, __ldg(L.dt_bias + hv), expf(__ldg(L.A_log + hv))) : x;
+    o.beta = raw ? sigmoid(b) : b;
+    return o;
+}
+
 } /* namespace rssm_kc */
 
 #endif /* RSSM_KERNEL_COMMON_CUH */

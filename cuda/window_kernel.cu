@@ -12,13 +12,13 @@
  * where only the ring part needs the d of the tokens before it. Two
  * kernels per layer, the second a programmatic dependent of the first:
  *
- *  - the coefficient kernel, one CTA per (row, value head), a warp per
- *    token, lane = 4 key channels: every token's normalised inputs, its
- *    gate, its tentative ring entry (into the ring and shared memory), then
- *    its walk over the entries before it (the decay walk for the lane's
- *    channels, one reduce-scatter for all 2m sums), into a record per token:
- *    checkpoint weights alpha Gamma q and alpha Gamma k, 2m ring
- *    coefficients, beta and k.q. A token's record needs only inputs, so the
+ *  - the coefficient kernel, one CTA per (row, value head) for KDA and per
+ *    (row, q/k head) for GDN, a warp per token, lane = 4 key channels:
+ *    every token's normalised inputs, its gates, its tentative ring entry
+ *    (into the ring and shared memory), then its walk over the entries
+ *    before it (one reduce-scatter for all 2m sums), into a record per token
+ *    and value head: checkpoint weights alpha Gamma q and alpha Gamma k, 2m
+ *    ring coefficients, beta and k.q. A token's record needs only inputs, so the
  *    tokens run side by side, each warp's chain of shuffles and loads
  *    beside the others' (a thread per channel, four warps per token, was
  *    bound by its instructions);
@@ -36,10 +36,10 @@
  *    append of d. The tile is never written back: a window has no flush.
  *
  * On the H200 (bench/results/h200_verify/notes.md) a window of 4 costs
- * 1.5-1.9x one replay step at batch 16 to 256 and 0.39-0.48x its four steps
- * at batch 256; profiled at batch 256, the persistent readout streamed at
- * about half the copy bandwidth (four stages; eight since) and the
- * coefficient kernel takes a fifth of the window's time.
+ * 1.47-1.73x one replay step at batch 16 to 256 and 0.38-0.42x its four
+ * steps at batch 256; profiled at batch 256, the persistent readout streams
+ * at about 64% of DRAM bandwidth and the coefficient kernel takes a fifth
+ * (GDN) to a third (KDA) of the window's time.
  *
  * The decay walk multiplies the entries' exp(g_j), taken once per window,
  * where a step takes exp of each partial sum: the products differ from the
@@ -77,20 +77,26 @@ static_assert(kT <= kJ && 2 * kJ == 32, "a window fits the ring; 2 kJ sums fill 
 
 /* A coefficient CTA's entries: every ring entry its tokens walk (the
  * committed ones and the window's, j < n + T <= kJ), k as the ring holds it
- * and exp(g) (a GDN entry's one decay in channel 0), as floats. */
+ * and exp(g) as floats: per channel for KDA (ae), per value head of the
+ * CTA for GDN (gd, a head's decays side by side for the lanes' scan). */
 struct CSmem {
-    float ke[kJ][kMaxK], ae[kJ][kMaxK];
+    float ke[kJ][kMaxK];
+    union {
+        float ae[kJ][kMaxK];
+        float gd[kMaxK][kJ];
+    };
 };
 
 /* Token t's walk over its m <= JW entries, newest first, for the lane's 4
- * channels c0..: kg_j = k_j gamma_j alpha (ag ends as alpha Gamma), the
- * warp's sums of kg_j . q and kg_j . k reduce-scattered, and written to the
- * token's record (c_j(q) at j, c_j(k) at kJ + j, zeros past m). GDN has one
- * decay per entry: ag[0] alone walks, and the dot products are scaled once. */
+ * channels c0..: the warp's sums of kg_j . q and kg_j . k, reduce-scattered;
+ * returns the lane's record slot (c_l(q) for l < kJ, then c_{l - kJ}(k)),
+ * zero where j >= m. KDA's decay is per channel, so the walk scales as it
+ * goes: kg_j = k_j gamma_j alpha, ag ends as alpha Gamma. GDN's is one per
+ * value head, so the sums are the bare k_j . q and k_j . k, the same for
+ * every value head of the q/k head, and gdn_scale weights them per head. */
 template <int JW>
-__device__ __forceinline__ void token_walk(const CSmem &S, bool kda, bool mine, uint32_t m, uint32_t c0,
-                                           const float (&q)[4], const float (&k)[4], float (&ag)[4], float *rec,
-                                           uint32_t lane)
+__device__ __forceinline__ float token_walk(const CSmem &S, bool kda, bool mine, uint32_t m, uint32_t c0,
+                                            const float (&q)[4], const float (&k)[4], float (&ag)[4], uint32_t lane)
 {
     float v[2 * JW];
 #pragma unroll
@@ -115,33 +121,54 @@ __device__ __forceinline__ void token_walk(const CSmem &S, bool kda, bool mine, 
                     dq += kk[i] * q[i];
                     dk += kk[i] * k[i];
                 }
-                dq *= ag[0];
-                dk *= ag[0];
-                ag[0] *= S.ae[j][0];
             }
         }
         v[j] = dq;
         v[JW + j] = dk;
     }
-    if (!kda)
-        ag[1] = ag[2] = ag[3] = ag[0];
     /* sum i (c_i(q), then c_{i - JW}(k)) lands in lanes i LPS ..; lane l
-     * writes record slot l (c_l(q), then c_{l - kJ}(k)), 0 where unwalked */
+     * takes record slot l's */
     constexpr uint32_t LPS = 32u / (2u * JW);
     const float sum = warp_sum_rows<2 * JW>(v, lane);
     const uint32_t j = lane < (uint32_t)kJ ? lane : lane - kJ;
     const float mine_sum = __shfl_sync(0xffffffffu, sum, (((lane < (uint32_t)kJ ? 0u : (uint32_t)JW) + j) * LPS) & 31u);
-    rec[kRCoef + lane] = j < m && j < (uint32_t)JW ? mine_sum : 0.0f;
+    return j < m && j < (uint32_t)JW ? mine_sum : 0.0f;
+}
+
+/* A GDN token's weights for value head gi of the CTA, from the bare sums:
+ * c_j = sum_j alpha prod_{j < i < m} gamma_i, and the factor alpha Gamma of
+ * its checkpoint weights (returned), where alpha = gd[gi][m] is the token's
+ * own decay. Each half-warp holds j = lane % kJ: a suffix-product scan over
+ * it gives every lane its product at once, where a walk took one
+ * multiplication per entry in order (the products round in another order,
+ * within the few ulp the header allows). */
+__device__ __forceinline__ float gdn_scale(const CSmem &S, uint32_t gi, uint32_t m, float &sum, uint32_t lane)
+{
+    const uint32_t j = lane % (uint32_t)kJ;
+    float x = j < m ? S.gd[gi][j] : 1.0f;
+#pragma unroll
+    for (uint32_t o = 1; o < (uint32_t)kJ; o <<= 1) {
+        const float y = __shfl_down_sync(0xffffffffu, x, o, kJ);
+        if (j + o < (uint32_t)kJ)
+            x *= y;
+    }
+    const float alpha = S.gd[gi][m];
+    const float after = __shfl_down_sync(0xffffffffu, x, 1, kJ); /* prod over j < i < m */
+    sum *= alpha * (j + 1u < (uint32_t)kJ ? after : 1.0f);
+    return alpha * __shfl_sync(0xffffffffu, x, 0, kJ);
 }
 
 /* ------------------------------------------------ the coefficient kernel */
 
-/* One CTA per (row, value head), a warp per token (tokens t, t + 8, ... on
- * warp t), lane = 4 channels: each token's inputs, normalised, its gate and
- * its tentative ring entry (into the ring and into shared memory), then,
- * once every entry is there, each token's walk and sums into its record.
- * A token's record needs only inputs, so the tokens run side by side: the
- * warps' chains of shuffles and loads overlap one another and other CTAs'. */
+/* One CTA per (row, value head) for KDA and per (row, q/k head) for GDN,
+ * whose value heads of a q/k head differ only in their scalar decays (the
+ * walk's sums are taken once for all of them), a warp per token (tokens t,
+ * t + 8, ... on warp t), lane = 4 channels: each token's inputs, normalised,
+ * its gates and its tentative ring entry (into the ring and into shared
+ * memory), then, once every entry is there, each token's walk and sums into
+ * its records. A token's record needs only inputs, so the tokens run side by
+ * side: the warps' chains of shuffles and loads overlap one another and
+ * other CTAs'. */
 template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_coef(const WArgs a)
 {
     using RRaw = typename Raw<RT>::T;
@@ -154,15 +181,20 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
     const rssm_layer_io &L = a.b.io;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, c0 = 4u * lane, warps = blockDim.x >> 5;
-    const uint32_t unit = blockIdx.x, r = unit / HV, hv = unit % HV, h = hv / (HV / H);
+    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t heads = kda ? HV : H, G = kda ? 1u : HV / H; /* value heads of the CTA: hv0 .. hv0 + G - 1 */
+    const uint32_t r = blockIdx.x / heads, hv0 = kda ? blockIdx.x % heads : blockIdx.x % heads * G;
+    const uint32_t h = hv0 / (HV / H);
     const RowWindow win = row_window(a, r);
     const uint32_t n = win.n, T = win.T;
-    const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
-    const uint32_t Kg = kda ? K : 1u;
-    const bool mine = c0 < K, owner = hv % (HV / H) == 0; /* owner: appends the q/k head's k */
+    const bool mine = c0 < K, owner = hv0 % (HV / H) == 0; /* owner: appends the q/k head's k */
     RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, win.slot, h));
-    float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, win.slot, hv));
-    float *rec = a.b.scratch + (size_t)unit * a.t_max * kRStride;
+    const auto ring_g = [&](uint32_t gi) {
+        return reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, win.slot, hv0 + gi));
+    };
+    const auto record = [&](uint32_t gi, uint32_t t) {
+        return a.b.scratch + ((size_t)(r * HV + hv0 + gi) * a.t_max + t) * kRStride;
+    };
 
     /* The committed entries, warp w taking j = w, w + warps, ... */
     for (uint32_t j = warp; j < n; j += warps) {
@@ -172,32 +204,42 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
             *reinterpret_cast<float4 *>(&S.ke[j][c0]) =
                 make_float4(to_f<RT>(kk[0]), to_f<RT>(kk[1]), to_f<RT>(kk[2]), to_f<RT>(kk[3]));
             if (kda) {
-                const float4 g = *reinterpret_cast<const float4 *>(ring_g + (size_t)j * K + c0);
+                const float4 g = *reinterpret_cast<const float4 *>(ring_g(0) + (size_t)j * K + c0);
                 *reinterpret_cast<float4 *>(&S.ae[j][c0]) = make_float4(expf(g.x), expf(g.y), expf(g.z), expf(g.w));
             }
         }
-        if (!kda && lane == 0)
-            S.ae[j][0] = expf(ring_g[j]);
+        if (!kda)
+            for (uint32_t gi = lane; gi < G; gi += 32u)
+                S.gd[gi][j] = expf(ring_g(gi)[j]);
     }
 
-    /* Each token's inputs and entry; q, k and its own decay kept for its walk. */
+    /* Each token's inputs and entry; q, k and its own decay kept for its
+     * walk. GDN: the value heads' gates and betas a lane each. */
     constexpr int kTW = (kT + kCoefWarps - 1) / kCoefWarps; /* tokens per warp, at most */
-    float q[kTW][4], k[kTW][4], al[kTW][4];
+    float q[kTW][4], k[kTW][4], al[kTW][4], kq[kTW];
 #pragma unroll
     for (int w = 0; w < kTW; ++w) {
         const uint32_t t = warp + (uint32_t)w * warps;
         if (t >= T)
             break;
+        const uint32_t io = t * a.rows + r, m = n + t;
+        if (!kda)
+            for (uint32_t gi = lane; gi < G; gi += 32u) {
+                const HeadGate hg = head_gate(a, io, hv0 + gi);
+                ring_g(gi)[m] = hg.g;
+                S.gd[gi][m] = expf(hg.g);
+                record(gi, t)[kRMisc] = hg.beta;
+            }
         float g[4];
-        const RowIn in = channel_inputs<4, 1>(a, t * a.rows + r, hv, c0, 1u, q[w], k[w], g, al[w], nullptr);
-        const uint32_t m = n + t;
+        const RowIn in = channel_inputs<4, 1>(a, io, hv0, c0, 1u, q[w], k[w], g, al[w], nullptr);
+        kq[w] = in.kq;
         KVec ev;
         RRaw *e = reinterpret_cast<RRaw *>(&ev);
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             e[i] = window_entry<RT>(k[w][i], L.overflow, r, t);
-            if (mine && (kda || c0 + i == 0u))
-                ring_g[(size_t)m * Kg + (kda ? c0 + i : 0u)] = g[i];
+            if (kda && mine)
+                ring_g(0)[(size_t)m * K + c0 + i] = g[i];
         }
         if (mine && owner)
             *reinterpret_cast<KVec *>(ring_k + (size_t)m * K + c0) = ev;
@@ -207,12 +249,8 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
             if (kda)
                 *reinterpret_cast<float4 *>(&S.ae[m][c0]) = make_float4(al[w][0], al[w][1], al[w][2], al[w][3]);
         }
-        if (!kda && lane == 0)
-            S.ae[m][0] = al[w][0];
-        if (lane == 0) {
-            rec[(size_t)t * kRStride + kRMisc] = in.beta;
-            rec[(size_t)t * kRStride + kRMisc + 1] = in.kq;
-        }
+        if (kda && lane == 0)
+            record(0, t)[kRMisc] = in.beta;
     }
     __syncthreads();
 
@@ -223,19 +261,28 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
         if (t >= T)
             break;
         const uint32_t m = n + t;
-        float *rt = rec + (size_t)t * kRStride;
         float ag[4] = {al[w][0], al[w][1], al[w][2], al[w][3]};
+        float sum;
         if (m <= 4u)
-            token_walk<4>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
+            sum = token_walk<4>(S, kda, mine, m, c0, q[w], k[w], ag, lane);
         else if (m <= 8u)
-            token_walk<8>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
+            sum = token_walk<8>(S, kda, mine, m, c0, q[w], k[w], ag, lane);
         else
-            token_walk<kJ>(S, kda, mine, m, c0, q[w], k[w], ag, rt, lane);
-        if (mine) {
-            *reinterpret_cast<float4 *>(rt + kRQW + c0) =
-                make_float4(ag[0] * q[w][0], ag[1] * q[w][1], ag[2] * q[w][2], ag[3] * q[w][3]);
-            *reinterpret_cast<float4 *>(rt + kRKW + c0) =
-                make_float4(ag[0] * k[w][0], ag[1] * k[w][1], ag[2] * k[w][2], ag[3] * k[w][3]);
+            sum = token_walk<kJ>(S, kda, mine, m, c0, q[w], k[w], ag, lane);
+        for (uint32_t gi = 0; gi < G; ++gi) {
+            float c = sum;
+            if (!kda)
+                ag[0] = ag[1] = ag[2] = ag[3] = gdn_scale(S, gi, m, c, lane);
+            float *rt = record(gi, t);
+            rt[kRCoef + lane] = c;
+            if (lane == 0)
+                rt[kRMisc + 1] = kq[w];
+            if (mine) {
+                *reinterpret_cast<float4 *>(rt + kRQW + c0) =
+                    make_float4(ag[0] * q[w][0], ag[1] * q[w][1], ag[2] * q[w][2], ag[3] * q[w][3]);
+                *reinterpret_cast<float4 *>(rt + kRKW + c0) =
+                    make_float4(ag[0] * k[w][0], ag[1] * k[w][1], ag[2] * k[w][2], ag[3] * k[w][3]);
+            }
         }
     }
 }
@@ -417,7 +464,8 @@ WindowFn readout_fn(const rssm_kernel_params *p)
 
 extern "C" int rssm_cuda_window_supported(const rssm_kernel_params *p)
 {
-    return p->ring_cap != 0 && rssm_cuda_stream_supported(p);
+    /* GDN's coefficient CTA keeps the decays of its q/k head's value heads */
+    return p->ring_cap != 0 && p->num_v_heads / p->num_qk_heads <= (uint32_t)kMaxK && rssm_cuda_stream_supported(p);
 }
 
 extern "C" size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max)
@@ -442,8 +490,9 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
         return cudaErrorInvalidValue;
     const WArgs a = window_args(p, b, drafts, rows, t_max, (p->head_v + kRowsPerCta - 1u) / kRowsPerCta);
     const uint32_t units = rows * p->num_v_heads;
+    const uint32_t coef_ctas = rows * (p->gate_kind == RSSM_CODE_GATE_KDA ? p->num_v_heads : p->num_qk_heads);
     const uint32_t coef_warps = t_max < (uint32_t)kCoefWarps ? t_max : (uint32_t)kCoefWarps;
-    kCoef[p->ring_dtype]<<<units, 32u * coef_warps, 0, stream>>>(a);
+    kCoef[p->ring_dtype]<<<coef_ctas, 32u * coef_warps, 0, stream>>>(a);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;

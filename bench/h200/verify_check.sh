@@ -17,7 +17,10 @@
 #    window at batch 256 (profile.txt);
 # 5. the per-layer window from torch in captured CUDA graphs
 #    (bench/h200/torch_verify.py, TORCH_VERIFY_ARGS adds options; needs
-#    librssm.so.0 in .devbin/; TORCH_VERIFY=0 skips it);
+#    librssm.so.0 in .devbin/; TORCH_VERIFY=0 skips it); with PEER_VERIFY=1
+#    and .peers/vllm_fla carried (tools/peer-sources), vLLM's Triton spec-decode
+#    verify the same way (bench/h200/peer_verify.py, PEER_VERIFY_ARGS adds
+#    options; its failure is logged, not fatal);
 # 6. the Vulkan window on the same GPU: test_verify and test_layer (carried in
 #    .devbin/ when built) and rssm bench --verify on each of VULKAN_VARIANTS;
 # 7. `rssm bench --verify` on cuda (VERIFY_ARGS replaces its sweep).
@@ -95,6 +98,18 @@ if [ "${TORCH_VERIFY:-1}" = 1 ]; then
   echo "== torch_verify.py: rc $?"
   at
 fi
+if [ "${PEER_VERIFY:-0}" = 1 ]; then
+  if [ -d .peers/vllm_fla ]; then
+    # shellcheck disable=SC2086 # PEER_VERIFY_ARGS is a list of options
+    PYTHONPATH=.peers timeout 500 python3 bench/h200/peer_verify.py --json "$OUT_DIR/peer_verify.json" \
+      ${PEER_VERIFY_ARGS:-} >"$OUT_DIR/peer_verify.txt" 2>&1
+    echo "== peer_verify.py: rc $?, $(grep -c ': ok$' "$OUT_DIR/peer_verify.txt") checks ok"
+    grep -E "^check .*FAIL|Error" "$OUT_DIR/peer_verify.txt" | head -5
+  else
+    echo "== peer_verify.py: skipped, no .peers/vllm_fla (run tools/peer-sources and carry .peers)"
+  fi
+  at
+fi
 
 # The Vulkan window on this GPU: its tests (the backend's window against the
 # oracle, rssm_layer_record_verify against the cpu backend's rssm_layer_verify)
@@ -123,3 +138,4 @@ at
 cat "$OUT_DIR/verify.txt"
 for f in "$OUT_DIR"/verify-vulkan*.txt; do [ -f "$f" ] && grep -E "^(gdn|kda) " "$f"; done
 [ -f "$OUT_DIR/torch_verify.txt" ] && tail -60 "$OUT_DIR/torch_verify.txt"
+if [ -f "$OUT_DIR/peer_verify.txt" ]; then grep -E "^(check |vLLM|gate|gdn )" "$OUT_DIR/peer_verify.txt" || true; fi
