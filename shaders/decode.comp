@@ -331,6 +331,9 @@ const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 // it from that lane by shuffle (entries past the subgroup's size: read
 // again).
 #define RING_D(j, v) rd_load(RING_DT, rd_base, rd_elem + (j) * V + (v))
+// The same for the four rows from v (v % 4 == 0: an even element, so a
+// 16-bit ring's pairs are whole words).
+#define RING_D4(j, v) rd_load4(RING_DT, rd_base, rd_elem + (j) * V + (v))
 #endif
 
 #if RSSM_TILES != 0
@@ -407,55 +410,61 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
     return pc.gate_lower_bound * sigmoid(exp(alog) * x);
 }
 
-// Loads the block of ROW_BLOCK rows v0 + r*SG_COUNT into CUR (zeros past
-// this workgroup's rows) and RD[r] = d_j[v] of the ring entry j = lane
-// (zero where there is none): every load of a block is issued before any
-// of it is used, so they are all in flight at once.
+// Loads the block of ROW_BLOCK consecutive rows from V0 into CUR (zeros
+// past this workgroup's rows, which end on a block boundary: V % 4 == 0)
+// and, in the flush pipeline, RD = d_j[V0..] of the ring entry j = lane
+// (zero where there is none), one load for the block's rows: every load of
+// a block is issued before any of it is used, so they are all in flight at
+// once.
 #if RSSM_REPLAY
-#define RSSM_LOAD_RING_D(RD, r, v)                                                 \
-    RD[r] = 0.0;                                                                   \
-    if (FLUSH_ROWS != 0u && v < v_end && lane < n)                                 \
-        RD[r] = RING_D(lane, v);
+#define RSSM_LOAD_RING_D(RD, V0)                                                   \
+    RD = vec4(0.0);                                                                \
+    if (FLUSH_ROWS != 0u && (V0) < v_end && lane < n)                              \
+        RD = RING_D4(lane, V0);
 #else
-#define RSSM_LOAD_RING_D(RD, r, v) RD[r] = 0.0;
+#define RSSM_LOAD_RING_D(RD, V0) RD = vec4(0.0);
 #endif
 #define RSSM_LOAD_BLOCK(CUR, RD, V0)                                               \
     [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
-        const uint v = (V0) + r * SG_COUNT;                                        \
+        const uint v = (V0) + r;                                                   \
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
             const uint cq = lane + i * SG_SIZE;                                    \
             CUR[r * ROW_QUADS + i] = vec4(0.0);                                    \
             if (v < v_end && cq < KQ)                                              \
                 CUR[r * ROW_QUADS + i] = state_load4(c_base, c_elem + v * K + 4u * cq); \
         }                                                                          \
-        RSSM_LOAD_RING_D(RD, r, v)                                                 \
-    }
+    }                                                                              \
+    RSSM_LOAD_RING_D(RD, V0)
 
 // The readout of the block in CUR, RD: Sbar_q, Sbar_k, then d and o into
 // s_d, s_o; leaves d[r] in scope. No loop in here may have a run-time trip
 // count: the row and quad loops must unroll so pq, d and the block stay in
 // registers (an indexed array is a memory round trip per element on a CPU
 // device, where a subgroup is one SIMD register).
-// The ring's share of row v's readout, sum_j d_j[v] c_j, one entry per lane
-// (entries past the subgroup's size read where they are used), joins the
-// lane's partial sums before the one reduction.
+// The ring's share of the block's readout, sum_j d_j[v] c_j, one entry per
+// lane, the block's rows of an entry in one load (read where they are used
+// but in the flush pipeline, whose RD holds entry `lane`'s), joins each
+// row's partial sums after its checkpoint part, before the one reduction.
 #if RSSM_REPLAY
-#define RSSM_READOUT_RING(RD, r, v)                                                \
+#define RSSM_READOUT_RING(RD)                                                      \
     [[unroll]] for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
         const uint j = lane + jb * SG_SIZE;                                        \
-        if (v < v_end && j < n) {                                                  \
-            const float dj = FLUSH_ROWS != 0u && jb == 0u ? RD[r] : RING_D(j, v);  \
-            pq[r] += dj * s_c[j].x;                                                \
-            pk[r] += dj * s_c[j].y;                                                \
+        if (v0 < v_end && j < n) {                                                 \
+            const vec4 dj = FLUSH_ROWS != 0u && jb == 0u ? RD : RING_D4(j, v0);    \
+            const vec2 cj = s_c[j];                                                \
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                     \
+                pq[r] += dj[r] * cj.x;                                             \
+                pk[r] += dj[r] * cj.y;                                             \
+            }                                                                      \
         }                                                                          \
     }
 #else
-#define RSSM_READOUT_RING(RD, r, v)
+#define RSSM_READOUT_RING(RD)
 #endif
 #define RSSM_READOUT_BLOCK(CUR, RD)                                                \
     precise float pq[ROW_BLOCK], pk[ROW_BLOCK];                                    \
     [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
-        const uint v = v0 + r * SG_COUNT;                                          \
+        const uint v = v0 + r;                                                     \
         pq[r] = 0.0;                                                               \
         pk[r] = 0.0;                                                               \
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
@@ -473,13 +482,13 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
                 pk[r] += cv.w * wk.w;                                              \
             }                                                                      \
         }                                                                          \
-        RSSM_READOUT_RING(RD, r, v)                                                \
     }                                                                              \
+    RSSM_READOUT_RING(RD)                                                          \
     precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));               \
     precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));               \
     float d[ROW_BLOCK];                                                            \
     [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
-        const uint v = v0 + r * SG_COUNT;                                          \
+        const uint v = v0 + r;                                                     \
         d[r] = 0.0;                                                                \
         if (v < v_end) {                                                           \
             precise const float dv = beta * (s_v[v] - sk[r]);                      \
@@ -492,6 +501,13 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         }                                                                          \
     }
 
+// exp of a walk's log-decay sums: GDN's four channels hold one sum, so one
+// exp serves them (the same bits as four).
+vec4 decay4(vec4 s)
+{
+    return GATE_KIND == RSSM_CODE_GATE_KDA ? exp(s) : vec4(exp(s.x));
+}
+
 // One entry j of the coefficient pass's walk (below), newest first.
 #define RSSM_WALK_ENTRY(j)                                                         \
     if (j < n) {                                                                   \
@@ -502,12 +518,12 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
                 precise const vec4 s = s_r[i];                                     \
                 if (KK_IN_REGS) {                                                  \
                     const vec4 kk = rk_load4(RING_DT, rk_base, rk_elem + (j) * K + 4u * cq) * \
-                                    (exp(s) * alpha_r[i]);                         \
+                                    (decay4(s) * alpha_r[i]);                      \
                     kk_r[(j) * ROW_QUADS + i] = kk;                                \
                     if (j % SG_COUNT == sg)                                        \
                         cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 } else if (j % SG_COUNT == sg) {                                   \
-                    const vec4 kk = kj_r[(j / SG_COUNT) * ROW_QUADS + i] * (exp(s) * alpha_r[i]); \
+                    const vec4 kk = kj_r[(j / SG_COUNT) * ROW_QUADS + i] * (decay4(s) * alpha_r[i]); \
                     if (FLUSH_ROWS != 0u)                                          \
                         kr4_put(j, cq, kk);                                        \
                     cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
@@ -522,14 +538,11 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
 // C'[v] += d_j[v] KK_j, d_j[v] from the lane that loaded it for the readout.
 #define RSSM_FLUSH_ENTRY(j)                                                        \
     {                                                                              \
-        float dj[ROW_BLOCK];                                                       \
-        [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                         \
-            const uint v = v0 + r * SG_COUNT;                                      \
-            if (j < SG_SIZE)                                                       \
-                dj[r] = subgroupShuffle(rd[r], j); /* zero past the rows */        \
-            else                                                                   \
-                dj[r] = v < v_end ? RING_D(j, v) : 0.0;                            \
-        }                                                                          \
+        vec4 dj;                                                                   \
+        if (j < SG_SIZE)                                                           \
+            dj = subgroupShuffle(rd, j); /* zero past the rows */                  \
+        else                                                                       \
+            dj = v0 < v_end ? RING_D4(j, v0) : vec4(0.0);                          \
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                         \
             const vec4 kk = kk_r[(j) * ROW_QUADS + i];                             \
             [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                     \
@@ -621,8 +634,8 @@ void main()
     // work instead of following it (a chain of round trips per workgroup is
     // what held the replay behind packed on a GPU, docs/design.md §8).
     vec4 cur[ROW_BLOCK * ROW_QUADS];
-    float rd[ROW_BLOCK];
-    RSSM_LOAD_BLOCK(cur, rd, v_begin + sg)
+    vec4 rd;
+    RSSM_LOAD_BLOCK(cur, rd, v_begin + sg * ROW_BLOCK)
 #if RSSM_REPLAY
     // k_j of the entries this subgroup takes in the coefficient pass.
     vec4 kj_r[ENTRY_SLOTS * ROW_QUADS];
@@ -760,9 +773,9 @@ void main()
         ag_r[i] = s_ag4[cq];
         k_r[i] = s_k4[cq];
     }
-    for (uint v0 = v_begin + sg; v0 < v_end; v0 += ROWS_PER_PASS) {
+    for (uint v0 = v_begin + sg * ROW_BLOCK; v0 < v_end; v0 += ROWS_PER_PASS) {
         vec4 nxt[ROW_BLOCK * ROW_QUADS];
-        float nrd[ROW_BLOCK];
+        vec4 nrd;
         if (PREFETCH != 0u) {
             RSSM_LOAD_BLOCK(nxt, nrd, v0 + ROWS_PER_PASS)
         }
@@ -786,7 +799,7 @@ void main()
             }
 #endif
             [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {
-                const uint v = v0 + r * SG_COUNT;
+                const uint v = v0 + r;
                 [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
                     const uint cq = lane + i * SG_SIZE;
                     if (v < v_end && cq < KQ) {
@@ -802,8 +815,7 @@ void main()
         if (PREFETCH != 0u) {
             [[unroll]] for (uint e = 0u; e < ROW_BLOCK * ROW_QUADS; e++)
                 cur[e] = nxt[e];
-            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++)
-                rd[r] = nrd[r];
+            rd = nrd;
         } else {
             RSSM_LOAD_BLOCK(cur, rd, v0 + ROWS_PER_PASS)
         }

@@ -18,7 +18,7 @@
 /* State rows a subgroup of the decode shaders reads at once: a workgroup
  * takes RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK rows per pass, and a value
  * head split over several workgroups is split in multiples of that. */
-#define RSSM_VK_ROW_BLOCK 4
+#define RSSM_VK_ROW_BLOCK 4 /* decode.comp reads a block's rows as one vec4 */
 
 /* The decode shaders' specialization-constant ids (what each means is in
  * shaders/decode.comp); vk/vk_pipeline.c sets every one. */

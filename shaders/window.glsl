@@ -198,7 +198,7 @@ void main()
                     const vec4 kj = ringed ? rk_load4(RING_DT, rk_base, rk_elem + j * K + 4u * cq)
                                            : s_wkey[(j - n) * KQ + cq];
                     precise const vec4 s = s_r[i];
-                    const vec4 kk = kj * (exp(s) * alpha_r[i]);
+                    const vec4 kk = kj * (decay4(s) * alpha_r[i]);
                     cj += vec2(dot4(kk, qn_r[i]), dot4(kk, kn_r[i]));
                     const vec4 gj = !kda ? vec4(g_one)
                                   : ringed ? uintBitsToFloat(ring_g4.w[(rg_base + rg_elem + j * K + 4u * cq) >> 2])
