@@ -103,10 +103,12 @@ layout(constant_id = RSSM_VK_SPEC_TILE_N) const uint TILE_N = 16u;
 layout(constant_id = RSSM_VK_SPEC_TILE_K) const uint TILE_K = 16u;
 layout(local_size_x_id = RSSM_VK_SPEC_WG_SIZE) in;  // SG_COUNT * SG_SIZE
 // Replay: which rows of the step this pipeline runs, 0 those that do not
-// flush, 1 those that do (the other pipeline's workgroups return at once).
-// Only a flush needs KK_j and the tiles in shared memory, and a GPU keeps
-// fewer workgroups resident the more shared memory each takes: the
-// read-only steps run with a few KiB (docs/design.md §8). Packed: 1.
+// flush, 1 those that do (the other pipeline's workgroups return at once),
+// 2 all of them (one dispatch a step, where a small batch would pay for two;
+// portable kernels only). Only a flush needs KK_j and the tiles in shared
+// memory, and a GPU keeps fewer workgroups resident the more shared memory
+// each takes: the read-only steps run with a few KiB (docs/design.md §8).
+// Packed: 1.
 layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
 // of buffer s / SLOTS_PER_BUFFER. 0: one layer on the caller's tensors,
@@ -291,7 +293,7 @@ shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
 #endif
 // An array that only the flush pipeline uses: one element elsewhere.
-#define FLUSH_ONLY(n) (1u + ((n) - 1u) * FLUSH_ROWS)
+#define FLUSH_ONLY(n) (1u + ((n) - 1u) * ((FLUSH_ROWS + 1u) >> 1u))
 
 #if RSSM_REPLAY
 #if !RSSM_WINDOW
@@ -516,7 +518,7 @@ vec4 decay4(vec4 s)
             const uint cq = lane + i * SG_SIZE;                                    \
             if (cq < KQ) {                                                         \
                 precise const vec4 s = s_r[i];                                     \
-                if (KK_IN_REGS) {                                                  \
+                if (KK_IN_REGS && flush) {                                         \
                     const vec4 kk = rk_load4(RING_DT, rk_base, rk_elem + (j) * K + 4u * cq) * \
                                     (decay4(s) * alpha_r[i]);                      \
                     kk_r[(j) * ROW_QUADS + i] = kk;                                \
@@ -524,7 +526,7 @@ vec4 decay4(vec4 s)
                         cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 } else if (j % SG_COUNT == sg) {                                   \
                     const vec4 kk = kj_r[(j / SG_COUNT) * ROW_QUADS + i] * (decay4(s) * alpha_r[i]); \
-                    if (FLUSH_ROWS != 0u)                                          \
+                    if (RSSM_TILES != 0 && FLUSH_ROWS != 0u)                       \
                         kr4_put(j, cq, kk);                                        \
                     cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 }                                                                  \
@@ -581,7 +583,7 @@ void main()
     // one): its output is zeroed, by one pipeline of a replay step, and no
     // slot is touched.
     if (slot >= pc.slots) {
-        if (RING_LEN == 1u || FLUSH_ROWS == 0u)
+        if (RING_LEN == 1u || FLUSH_ROWS != 1u)
             for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
                 out_store2(pc.base_out, o_elem + p, vec2(0.0));
         return;
@@ -590,7 +592,7 @@ void main()
     // min(): a corrupt header must not send the kernel outside the ring.
     const uint n = min(write_pos, RING_CAP);
     const bool flush = RSSM_ROW_FLUSHES(n, RING_CAP, force);
-    if (flush != (FLUSH_ROWS != 0u))
+    if (FLUSH_ROWS != 2u && flush != (FLUSH_ROWS != 0u))
         return; // the other pipeline's row: uniform for the whole workgroup
 #else
     const uint n = 0u;

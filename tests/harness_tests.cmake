@@ -18,7 +18,8 @@ set_tests_properties(conform_gdn conform_kda PROPERTIES
   TIMEOUT 1500)
 
 # What a GPU runs and a CPU device does not by default (vk/vk_pipeline.c): a
-# value head split over several workgroups, the prefetched row blocks and
+# value head split over several workgroups, a replay step as one dispatch of
+# every row (the portable variant; the tiles' flush keeps two), the prefetched row blocks and
 # the modules specialised for the model's strides, head counts, ring length
 # and dtypes (a CPU device runs the `_rt` ones, vk/vk_device.c), on the
 # Vulkan variants, for a few cases of both gates.
@@ -28,7 +29,7 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
                    --case replay/fp32-L16 --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring
                    --case kda/replay/staggered --case packed/fp32)
   set_tests_properties(conform_vk_split PROPERTIES
-    ENVIRONMENT "${RSSM_TEST_ENV};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_RUNTIME_SHAPE=0"
+    ENVIRONMENT "${RSSM_TEST_ENV};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=1;RSSM_VK_RUNTIME_SHAPE=0"
     LABELS "conformance"
     TIMEOUT 1500)
 endif()

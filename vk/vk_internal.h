@@ -81,11 +81,12 @@ typedef struct vk_ctx {
     /* The decode pipelines take vk_shape as push constants (the `_rt`
      * modules; vk_device.c says when). */
     bool runtime_shape;
-    /* Measurement overrides of two kernel choices (docs/bench.md):
+    /* Measurement overrides of three kernel choices (docs/bench.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
-     * rule in vk_pipeline.c) and RSSM_VK_PREFETCH=0|1 (-1: the rule). */
+     * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1 and
+     * RSSM_VK_ONE_DISPATCH=0|1 (-1: the rule). */
     uint32_t tune_row_split;
-    int tune_prefetch;
+    int tune_prefetch, tune_one_dispatch;
     char validation_message[200];
 
     VkPhysicalDevice phys;
@@ -146,7 +147,9 @@ _Static_assert(sizeof(vk_shape) == 4 * RSSM_VK_SHAPE_WORDS, "shape words are 32-
 
 /* A decode step's pipelines: the rows that flush (packed: every row) and,
  * for replay with L > 1, the rows that do not, with their workgroups per
- * value head, on one pipeline layout. */
+ * value head, on one pipeline layout; or, where vk_pipeline.c's rule runs a
+ * replay step as one dispatch, one pipeline of every row in `flush` and no
+ * `readout`. */
 typedef struct vk_decode {
     VkPipelineLayout layout;
     vk_shape shape; /* what vk_decode_push pushes after vk_push, on a runtime_shape device */

@@ -67,6 +67,7 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
  * its pipelines do not multiply with the batch sizes (each is a compile;
  * the tests cover the split through RSSM_VK_ROW_SPLIT). */
 #define VK_TARGET_WORKGROUPS 2048u
+#define VK_ONE_DISPATCH_WORKGROUPS 256u
 
 uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows)
 {
@@ -295,16 +296,20 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
                                    &d->shape);
 }
 
-/* The decode pipeline of the rows that flush (flush_rows) or of those that
- * do not (replay with L > 1 only); a model that runs the packed module has
- * the one, flush_rows = true. An `_rt` module (a CPU device) reads `shape`
+/* Which rows of a step a decode pipeline runs (decode.comp's FLUSH_ROWS). */
+enum { ROWS_READ_ONLY = 0, ROWS_FLUSH = 1, ROWS_ALL = 2 };
+
+/* The decode pipeline of the rows that flush, of those that do not (replay
+ * with L > 1 only) or of all of them (`rows`); a model that runs the packed
+ * module has the one, ROWS_FLUSH. An `_rt` module (a CPU device) reads `shape`
  * from the push constants instead and its specialization leaves it out
  * (ring_extent sizes its ring arrays), so that models of one gate and head
  * shape share its pipelines. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
-                                   VkPipelineLayout layout, bool flush_rows, uint32_t row_split, const vk_spirv *module,
+                                   VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *module,
                                    VkPipeline *out, rssm_error *err)
 {
+    const bool flush_rows = rows != ROWS_READ_ONLY;
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
     const vk_spirv *spv = module ? module : module_for(ctx, p);
     if (spv->size == 0)
@@ -324,7 +329,7 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
         [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
-        [RSSM_VK_SPEC_FLUSH_ROWS] = flush_rows || packed,
+        [RSSM_VK_SPEC_FLUSH_ROWS] = packed ? ROWS_FLUSH : rows,
         [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = sp->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
@@ -370,11 +375,23 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
 {
     *d = (vk_decode){.layout = layout, .shape = *shape, .heads = p->num_v_heads};
     d->split = vk_row_split(ctx, p, p->max_rows, true);
-    rssm_status st = pipeline_create(ctx, shape, p, layout, true, d->split, NULL, &d->flush, err);
-    if (st == RSSM_OK && !vk_runs_packed(p)) {
+    const bool packed = vk_runs_packed(p);
+    if (!packed)
         d->split_readout = vk_row_split(ctx, p, p->max_rows, false);
-        st = pipeline_create(ctx, shape, p, layout, false, d->split_readout, NULL, &d->readout, err);
-    }
+    /* One dispatch of every row where a GPU step has a few hundred
+     * workgroups at most (a batch of one or two), with a portable flush,
+     * which splits as the read-only rows do. Two pipelines keep the
+     * read-only rows' registers and shared memory down, and that pays from
+     * a thousand workgroups on (H200: one dispatch 4-6% faster at 256
+     * workgroups, even at 1024, 5% slower at 2048;
+     * bench/results/h200_vulkan/notes.md). */
+    const uint64_t groups = (uint64_t)p->num_v_heads * p->max_rows * d->split;
+    const bool one = !packed && !vk_uses_tiles(ctx, p) && d->split == d->split_readout &&
+                     (ctx->tune_one_dispatch >= 0 ? ctx->tune_one_dispatch != 0
+                                                  : !vk_cpu_device(ctx) && groups <= VK_ONE_DISPATCH_WORKGROUPS);
+    rssm_status st = pipeline_create(ctx, shape, p, layout, one ? ROWS_ALL : ROWS_FLUSH, d->split, NULL, &d->flush, err);
+    if (st == RSSM_OK && !packed && !one)
+        st = pipeline_create(ctx, shape, p, layout, ROWS_READ_ONLY, d->split_readout, NULL, &d->readout, err);
     return st;
 }
 
@@ -426,5 +443,5 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
     *split = vk_row_split(ctx, p, p->max_rows, false);
-    return pipeline_create(ctx, shape, p, layout, false, *split, &vk_spirv_window, out, err);
+    return pipeline_create(ctx, shape, p, layout, ROWS_READ_ONLY, *split, &vk_spirv_window, out, err);
 }
