@@ -102,6 +102,12 @@ static rssm_status resolve(const rssm_layer_desc *d, rssm_kernel_params *p, rssm
     const size_t gsz = rssm_dtype_size(d->gate_dtype);
     if (d->gate_dtype == RSSM_DTYPE_BF16)
         p->flags |= RSSM_FLAG_GATE_BF16;
+    if (d->padding != RSSM_PADDING_OUT_OF_RANGE && d->padding != RSSM_PADDING_NONPOSITIVE)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "layer: padding = %d: must be RSSM_PADDING_OUT_OF_RANGE or RSSM_PADDING_NONPOSITIVE",
+                              (int)d->padding);
+    if (d->padding == RSSM_PADDING_NONPOSITIVE)
+        p->flags |= RSSM_FLAG_PAD_ZERO;
     memset(shape, 0, sizeof *shape);
     shape->slots = d->slots;
     st = state_strides(d->state_slot_stride, d->state_head_stride, HV, V * K, ssz, d->slots, "state",

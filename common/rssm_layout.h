@@ -52,6 +52,16 @@
 /* gate and beta inputs in bf16 rather than fp32 (the per-layer entry's
  * rssm_layer_desc.gate_dtype; rssm_batch's step arrays are fp32) */
 #define RSSM_FLAG_GATE_BF16 4u
+/* slot 0 pads a row too (rssm_layer_desc.padding, RSSM_PADDING_NONPOSITIVE:
+ * vLLM's null block) */
+#define RSSM_FLAG_PAD_ZERO 8u
+
+/* Whether a row whose slot index is `slot` (an int32 read as unsigned, so
+ * a negative one is large) is padding: outside the tensors' `slots`, or 0
+ * under RSSM_FLAG_PAD_ZERO. A padding row's output is zeroed and no slot is
+ * touched. */
+#define RSSM_ROW_PADS(slot, slots, flags) \
+    ((slot) >= (slots) || ((slot) == 0u && ((flags) & RSSM_FLAG_PAD_ZERO) != 0u))
 
 /* Added under the root of sum(x^2) when q and k are L2-normalised. */
 #define RSSM_L2NORM_EPS 1e-6f

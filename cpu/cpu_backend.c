@@ -793,7 +793,7 @@ static rssm_status decode_rows(cpu_layer *l, const rssm_layer_io *io, rssm_error
     for (uint32_t r = 0; r < io->rows; r++) {
         const int32_t slot = (int32_t)io->row_slot[r];
         const int32_t wp = (int32_t)io->row_write_pos[r];
-        l->pad[r] = slot < 0 || (uint32_t)slot >= io->slots;
+        l->pad[r] = RSSM_ROW_PADS((uint32_t)slot, io->slots, p->flags);
         if (l->pad[r])
             continue;
         if (wp < 0 || (uint32_t)wp > p->ring_cap)
@@ -949,7 +949,7 @@ static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, cons
     }
     for (uint32_t r = 0; r < rows; r++) {
         const int32_t slot = slot_index[r];
-        if (slot < 0 || (uint32_t)slot >= l->slots)
+        if (RSSM_ROW_PADS((uint32_t)slot, l->slots, l->params.flags))
             continue;
         if (write_pos[r] < 0 || (uint32_t)write_pos[r] > cap)
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
@@ -961,7 +961,7 @@ static rssm_status cpu_layer_advance(void *ctx, void *layer, uint32_t rows, cons
         l->seen[slot] = l->mark;
     }
     for (uint32_t r = 0; r < rows; r++) {
-        if (slot_index[r] < 0 || (uint32_t)slot_index[r] >= l->slots)
+        if (RSSM_ROW_PADS((uint32_t)slot_index[r], l->slots, l->params.flags))
             continue;
         const uint32_t n = (uint32_t)write_pos[r];
         cursor[slot_index[r]] = RSSM_ROW_FLUSHES(n, cap, force ? (uint32_t)force[r] : 0u) ? 0 : (int32_t)n + 1;

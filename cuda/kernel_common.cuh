@@ -264,7 +264,7 @@ __device__ __forceinline__ RowStep row_decode(const rssm_kernel_params &p, const
     static_assert(RSSM_ROW_SLOT == 0u && RSSM_ROW_WRITE_POS == 1u && RSSM_ROW_FORCE == 2u && RSSM_ROW_IO == 3u,
                   "row_words returns the header's order");
     RowStep s;
-    s.pad = hr.x >= io.slots; /* as unsigned: a negative index too */
+    s.pad = RSSM_ROW_PADS(hr.x, io.slots, p.flags);
     s.slot = s.pad ? 0u : hr.x;
     s.n = s.pad ? 0u : min(hr.y, p.ring_cap);
     s.io = min(hr.w, p.max_rows - 1u);

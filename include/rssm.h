@@ -434,12 +434,18 @@ rssm_status rssm_pool_accept(rssm_pool *p, uint32_t rows, const uint32_t *slots,
  *
  * Per row r of a launch: slot_index[r] names the slot (a negative index, or
  * one >= slots, marks a padding row: its output is zeroed and no slot is
- * read or written); write_pos[r] is the slot's committed ring entries
+ * read or written; with RSSM_PADDING_NONPOSITIVE index 0 too); write_pos[r] is the slot's committed ring entries
  * (0..L-1); force[r] != 0 makes the row flush. The row flushes when
  * write_pos[r] == L - 1 or force[r] is set; its cursor then goes to 0, else
  * to write_pos + 1 (rssm_layer_advance). Rows must name distinct slots. */
 
 typedef struct rssm_layer rssm_layer;
+
+/* Which slot indices mark a padding row: the engines' conventions. */
+typedef enum rssm_padding {
+    RSSM_PADDING_OUT_OF_RANGE = 0, /* < 0 or >= slots (SGLang pads with -1) */
+    RSSM_PADDING_NONPOSITIVE = 1   /* <= 0 or >= slots (vLLM: slot 0 is a null block) */
+} rssm_padding;
 
 typedef struct rssm_layer_desc {
     /* The layer's shape, gates, ring and dtypes; `layers` is not used (one
@@ -456,6 +462,7 @@ typedef struct rssm_layer_desc {
     /* gate and beta: F32 (the default, 0) or BF16, the activation dtype
      * engines project a and b in */
     rssm_dtype gate_dtype;
+    rssm_padding padding; /* RSSM_PADDING_OUT_OF_RANGE (0) by default */
 } rssm_layer_desc;
 
 /* Device pointers (host pointers on the cpu backend) of one launch. The

@@ -15,7 +15,8 @@ layout(local_size_x = 64) in;
 // RSSM_VK_NONE: no row is forced.
 layout(push_constant) uniform Push {
     uint rows;
-    uint slots;     // a row whose slot is at or above this is padding
+    uint slots;     // with flags, which rows are padding (RSSM_ROW_PADS)
+    uint flags;     // rssm_kernel_params.flags
     uint ring_cap;  // L - 1
     uint base_slot;
     uint base_wpos;
@@ -33,8 +34,8 @@ void main()
     const uint r = gl_GlobalInvocationID.x;
     if (r >= pc.rows)
         return;
-    const uint slot = uint(slot_index.w[pc.base_slot + r]); // a negative index is padding
-    if (slot >= pc.slots)
+    const uint slot = uint(slot_index.w[pc.base_slot + r]);
+    if (RSSM_ROW_PADS(slot, pc.slots, pc.flags))
         return;
     const uint n = min(uint(max(write_pos.w[pc.base_wpos + r], 0)), pc.ring_cap);
     const uint f = pc.base_force != RSSM_VK_NONE ? uint(force.w[pc.base_force + r]) : 0u;

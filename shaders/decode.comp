@@ -582,7 +582,7 @@ void main()
     // A padding row (slot out of range; a negative int32 index is a large
     // one): its output is zeroed, by one pipeline of a replay step, and no
     // slot is touched.
-    if (slot >= pc.slots) {
+    if (RSSM_ROW_PADS(slot, pc.slots, pc.mode_flags >> 8u)) {
         if (RING_LEN == 1u || FLUSH_ROWS != 1u)
             for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
                 out_store2(pc.base_out, o_elem + p, vec2(0.0));

@@ -80,7 +80,7 @@ void main()
     // The step-array row of token t; min(): a corrupt row must not index
     // past the arrays.
 #define TOKEN_ROW(t) (layer * pc.layer_rows + min((t) * rows + io_row, ltok - 1u))
-    if (slot >= pc.slots) { // padding: every token's outputs zero, no slot touched
+    if (RSSM_ROW_PADS(slot, pc.slots, pc.mode_flags >> 8u)) { // padding: every token's outputs zero, no slot touched
         for (uint t = 0u; t < t_max; t++)
             for (uint p = v_begin + tid * 2u; p < v_end; p += WG_SIZE * 2u)
                 out_store2(pc.base_out, TOKEN_ROW(t) * pc.out_row + hv * V + p, vec2(0.0));

@@ -12,6 +12,7 @@
 #include "test_support.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -835,6 +836,76 @@ static void bad_runs(void **state)
     rssm_backend_destroy(&b);
 }
 
+/* The padding conventions: with RSSM_PADDING_NONPOSITIVE a row naming slot
+ * 0 (vLLM's null block) is padding as -1 and >= slots are: output zeroed,
+ * slot 0's state and rings untouched, its cursor not advanced; with the
+ * default, slot 0 is a slot like the others. Anything else is refused. */
+static void padding_conventions(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
+    m.gate_mode = RSSM_GATE_PRECOMPUTED;
+    const size_t HV = m.num_v_heads, V = m.head_v;
+    for (int conv = RSSM_PADDING_OUT_OF_RANGE; conv <= RSSM_PADDING_NONPOSITIVE; conv++) {
+        rh_rng rng;
+        rh_rng_seed(&rng, SEED + 11, 0);
+        engine e;
+        engine_open(&e, b, &m);
+        e.desc.padding = (rssm_padding)conv;
+        ts_fill(e.state, (size_t)e.state_slot * SLOTS, -0.5f, 0.5f, &rng);
+        ts_fill(e.ring_d, (size_t)e.ring_d_slot * SLOTS, -0.5f, 0.5f, &rng);
+        ts_fill(e.ring_k, (size_t)e.ring_k_slot * SLOTS, -0.5f, 0.5f, &rng);
+        ts_fill(e.ring_g, (size_t)e.ring_g_slot * SLOTS, -0.5f, -0.01f, &rng);
+        ts_fill(e.qkv, (size_t)e.qkv_row * STEP_ROWS, -1.0f, 1.0f, &rng);
+        ts_fill(e.gate, STEP_ROWS * HV * e.G, -1.0f, -0.01f, &rng);
+        ts_fill(e.beta, STEP_ROWS * HV, 0.1f, 0.9f, &rng);
+        ts_fill(e.out, (size_t)e.out_row * STEP_ROWS, 5.0f, 6.0f, &rng);
+        memcpy(e.slot_index, (int32_t[ROWS + 1]){0, 2, -1, 4}, (ROWS + 1) * sizeof(int32_t));
+        memcpy(e.write_pos, (int32_t[ROWS + 1]){1, 2, 0, 0}, (ROWS + 1) * sizeof(int32_t));
+        memset(e.force, 0, (ROWS + 1) * sizeof(int32_t));
+        for (int i = 0; i < SLOTS; i++)
+            e.cursor[i] = 9;
+        const size_t slot0_bytes = (size_t)e.ring_d_slot * sizeof(float);
+        float *ring_d0 = malloc(slot0_bytes), *state0 = malloc((size_t)e.state_slot * sizeof(float));
+        assert_non_null(ring_d0);
+        assert_non_null(state0);
+        memcpy(ring_d0, e.ring_d, slot0_bytes);
+        memcpy(state0, e.state, (size_t)e.state_slot * sizeof(float));
+
+        rssm_layer *l = NULL;
+        TS_OK(rssm_layer_create(b, &e.desc, &l, &err), &err);
+        const rssm_layer_tensors t = engine_tensors(&e);
+        TS_OK(lm_run(e.mem, l, ROWS + 1, &t, &err), &err);
+        TS_OK(lm_advance(e.mem, l, ROWS + 1, e.slot_index, e.write_pos, NULL, e.cursor, &err), &err);
+        const bool zero_pads = conv == RSSM_PADDING_NONPOSITIVE;
+        for (uint32_t r = 0; r < ROWS + 1; r++) {
+            const float *o = e.out + (size_t)r * e.out_row;
+            const bool pad = r == 2 || (r == 0 && zero_pads);
+            for (size_t i = 0; i < HV * V; i++)
+                assert_true(pad ? o[i] == 0.0f : o[i] != 0.0f && o[i] < 5.0f);
+        }
+        /* slot 0: row 0 appends its entry at write_pos 1 unless it pads */
+        assert_int_equal(memcmp(ring_d0, e.ring_d, slot0_bytes) == 0, zero_pads);
+        assert_memory_equal(state0, e.state, (size_t)e.state_slot * sizeof(float)); /* no flush */
+        assert_int_equal(e.cursor[0], zero_pads ? 9 : 2);
+        assert_int_equal(e.cursor[2], 3);
+        assert_int_equal(e.cursor[4], 1);
+        rssm_layer_destroy(&l);
+        free(ring_d0);
+        free(state0);
+        engine_close(&e);
+    }
+    rssm_layer_desc d = {.model = m, .max_rows = 1, .slots = SLOTS, .padding = (rssm_padding)2};
+    rssm_layer *l = NULL;
+    assert_int_equal(rssm_layer_create(b, &d, &l, &err), RSSM_ERR_INVALID_ARGUMENT);
+    assert_null(l);
+    assert_non_null(strstr(err.message, "padding"));
+    rssm_backend_destroy(&b);
+}
+
 /* The advance: flush rows (full ring, or forced) go to 0, the others one
  * on, padding rows and rows beyond `rows` leave their slots alone. */
 static void advance_rule(void **state)
@@ -887,6 +958,7 @@ int main(void)
         cmocka_unit_test(bad_descriptions),
         cmocka_unit_test(bad_runs),
         cmocka_unit_test(advance_rule),
+        cmocka_unit_test(padding_conventions),
     };
     return TS_RUN_ON_BACKEND(tests);
 }

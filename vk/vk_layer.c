@@ -37,7 +37,7 @@ typedef struct vk_layer {
 
 /* shaders/advance.comp's push constants. */
 typedef struct advance_push {
-    uint32_t rows, slots, ring_cap, base_slot, base_wpos, base_force, base_cursor;
+    uint32_t rows, slots, flags, ring_cap, base_slot, base_wpos, base_force, base_cursor;
 } advance_push;
 
 /* Bytes a tensor spans from its first element: `n` blocks `stride` apart
@@ -438,7 +438,7 @@ rssm_status vk_layer_record_advance(void *vctx, void *vlayer, uint32_t rows, con
     static const char *const names[4] = {"slot_index", "write_pos", "force", "cursor"};
     const VkDeviceSize ext[4] = {(VkDeviceSize)rows * 4, (VkDeviceSize)rows * 4, (VkDeviceSize)rows * 4,
                                  (VkDeviceSize)l->shape.slots * 4};
-    advance_push pc = {.rows = rows, .slots = l->shape.slots, .ring_cap = l->params.ring_cap};
+    advance_push pc = {.rows = rows, .slots = l->shape.slots, .flags = l->params.flags, .ring_cap = l->params.ring_cap};
     uint32_t *const base[4] = {&pc.base_slot, &pc.base_wpos, &pc.base_force, &pc.base_cursor};
     VkDescriptorBufferInfo info[4];
     VkWriteDescriptorSet w[4];

@@ -31,6 +31,7 @@ RSSM_ERR_UNAVAILABLE = 3
 
 GATE_KINDS = {"gdn": 0, "kda": 1}
 GATE_MODES = {"precomputed": 0, "raw": 1, "raw_safe": 2}
+PADDINGS = {"out_of_range": 0, "nonpositive": 1}  # rssm_padding
 DTYPES = {"fp32": 0, "fp16": 1, "bf16": 2}
 
 RSSM_MAX_RING_LEN = 64
@@ -76,6 +77,7 @@ class RssmLayerDesc(Structure):
         ("v_row_stride", c_int64), ("out_row_stride", c_int64),
         ("gate_row_stride", c_int64), ("beta_row_stride", c_int64),
         ("gate_dtype", c_int),       # rssm_dtype of gate and beta: F32 or BF16
+        ("padding", c_int),          # rssm_padding
     ]
 
 

@@ -158,11 +158,14 @@ class LayerDesc:
     gate_row_stride: int = 0
     beta_row_stride: int = 0
     gate_dtype: str = "fp32"   # of gate and beta: fp32 or bf16 (A_log, dt_bias are fp32)
+    # which slot indices pad a row: "out_of_range" (< 0 or >= slots: SGLang's
+    # -1) or "nonpositive" (<= 0 too: vLLM's null block 0)
+    padding: str = "out_of_range"
 
     def __post_init__(self):
         for name, table in (("gate_kind", _lib.GATE_KINDS), ("gate_mode", _lib.GATE_MODES),
                             ("state_dtype", _lib.DTYPES), ("ring_dtype", _lib.DTYPES), ("io_dtype", _lib.DTYPES),
-                            ("gate_dtype", _lib.DTYPES)):
+                            ("gate_dtype", _lib.DTYPES), ("padding", _lib.PADDINGS)):
             if getattr(self, name) not in table:
                 raise ValueError(f"LayerDesc.{name} = {getattr(self, name)!r}: expected one of {sorted(table)}")
 
@@ -196,7 +199,7 @@ class LayerDesc:
             state_dtype=_lib.DTYPES[self.state_dtype], ring_dtype=_lib.DTYPES[self.ring_dtype],
             io_dtype=_lib.DTYPES[self.io_dtype], qk_l2norm=int(self.qk_l2norm), q_scale=self.q_scale)
         return _lib.RssmLayerDesc(model=m, max_rows=self.max_rows, slots=self.slots,
-                                  gate_dtype=_lib.DTYPES[self.gate_dtype],
+                                  gate_dtype=_lib.DTYPES[self.gate_dtype], padding=_lib.PADDINGS[self.padding],
                                   **{f: getattr(self, f) for f in _STRIDE_FIELDS})
 
     def replace(self, **changes) -> "LayerDesc":

@@ -169,3 +169,38 @@ def test_verify_is_its_steps(gate_kind):
     with pytest.raises(ValueError):
         layer.verify(drafts=drafts, q=q[:5], k=k[:5], v=v[:5], gate=g[:5], beta=beta[:5], out=out[:5],
                      slot_index=idx, write_pos=write_pos, **win)
+
+
+def test_nonpositive_padding():
+    """vLLM's convention (padding="nonpositive"): a row naming slot 0 is padding,
+    as -1 is: zero output, slot 0 and its cursor untouched; by default slot 0 runs."""
+    rng = np.random.default_rng(12)
+    H, HV, K, V = 1, 2, 8, 4
+    for padding in ("out_of_range", "nonpositive"):
+        desc = rssm.LayerDesc(num_qk_heads=H, num_v_heads=HV, head_k=K, head_v=V, slots=4, max_rows=3, ring_len=3,
+                              gate_mode="precomputed", ring_dtype="fp32", padding=padding,
+                              ring_d_slot_stride=HV * 3 * V, ring_d_head_stride=3 * V,
+                              ring_k_slot_stride=H * 3 * K, ring_k_head_stride=3 * K,
+                              ring_g_slot_stride=HV * 3, ring_g_head_stride=3)
+        layer = rssm.Layer(desc, "cpu")
+        t = make(rng, desc)
+        before = {n: a.copy() for n, a in t.items()}
+        idx = np.array([0, 2, -1], np.int32)
+        write_pos = np.zeros(3, np.int32)
+        cursor = np.full(desc.slots, 5, np.int32)
+        out = np.full((3, HV, V), 7.0, np.float32)
+        layer.run(q=rng.uniform(-1, 1, (3, H, K)).astype(np.float32), k=rng.uniform(-1, 1, (3, H, K)).astype(np.float32),
+                  v=rng.uniform(-1, 1, (3, HV, V)).astype(np.float32),
+                  gate=-rng.uniform(0.01, 0.5, (3, HV)).astype(np.float32),
+                  beta=rng.uniform(0.1, 0.9, (3, HV)).astype(np.float32), out=out, slot_index=idx,
+                  write_pos=write_pos, **t)
+        layer.advance(idx, write_pos, cursor)
+        pads = padding == "nonpositive"
+        assert (out[2] == 0).all() and (out[1] != 0).all() and (out[1] != 7).all()
+        assert (out[0] == 0).all() if pads else ((out[0] != 0).all() and (out[0] != 7).all())
+        appended = t["ring_d"][0][:, 0]  # slot 0's entry 0 of each head: NaN until written
+        assert np.isnan(appended).all() if pads else not np.isnan(appended).any()
+        np.testing.assert_array_equal(t["state"][0], before["state"][0])
+        assert cursor[0] == (5 if pads else 1) and cursor[2] == 1 and cursor[3] == 5
+    with pytest.raises(ValueError, match="padding"):
+        rssm.LayerDesc(num_qk_heads=1, num_v_heads=1, head_k=8, head_v=4, slots=2, max_rows=1, padding="-1")
