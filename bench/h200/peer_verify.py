@@ -66,11 +66,13 @@ import time
 import torch
 import torch.nn.functional as F
 
+import graph_timing
+from graph_timing import Timer, copy_gbs
+
 H, HV, K, V = 16, 32, 128, 128  # the peers' GDN shape (shared/peers-h200.json)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 KERNELS = ("recurrent", "sigmoid", "mtp")
 WINDOWS = 4  # fresh input sets, one window each, per captured graph
-WARMUP_S = 0.6  # torch_graph.py's: an idle H200 takes up to 0.4 s to reach its clock
 NORM_EPS = 1e-6
 TOL = 2e-2  # max |err| / max |ref|; a wrong layout is off by O(1)
 DEVICE = "cuda"
@@ -78,58 +80,14 @@ vf = {}  # vLLM's modules, imported in main (after TRITON_INTERPRET is set for -
 
 
 def uniform(shape, lo, hi, dtype, gen):
-    """Random in [lo, hi), never closer to 0 than 1e-3 (hi - lo) (torch_graph.py's)."""
-    x = torch.rand(shape, generator=gen, device=DEVICE, dtype=torch.float32) * (hi - lo) + lo
-    tiny = 1e-3 * (hi - lo)
-    x = torch.where(x.abs() < tiny, torch.full_like(x, tiny), x)
-    return x.to(dtype)
-
-
-class Timer:
-    """torch_graph.py's: median device us of --reps replays of a captured graph,
-    after untimed replays for WARMUP_S (the first graph) or --warmup seconds."""
-
-    def __init__(self, reps, warmup):
-        self.reps = reps
-        self.warmup = warmup
-        self.warm = False
-
-    def __call__(self, body):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        start = time.perf_counter()
-        while True:
-            graph.replay()
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= (self.warmup if self.warm else WARMUP_S):
-                break
-        self.warm = True
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps + 1)]
-        ev[0].record()
-        for i in range(self.reps):
-            graph.replay()
-            ev[i + 1].record()
-        torch.cuda.synchronize()
-        times = sorted(ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(self.reps))
-        del graph
-        return times[len(times) // 2]
+    """graph_timing's, on DEVICE (the CPU in a --dry-run)."""
+    return graph_timing.uniform(shape, lo, hi, dtype, gen, DEVICE)
 
 
 def dry_timer(body):
-    """--dry-run: the body once, eagerly, no time."""
+    """--dry-run: the body once, eagerly, no time (Timer's median and fastest)."""
     body()
-    return float("nan")
-
-
-def copy_gbs(timer):
-    """Device-to-device copy of 1 GiB, bytes read plus written per second (torch_graph.py's)."""
-    n = 1 << 28
-    src = torch.empty(n, dtype=torch.float32, device=DEVICE).uniform_(-1, 1)
-    dst = torch.empty_like(src)
-    us = timer(lambda: dst.copy_(src))
-    del src, dst
-    return 2 * 4 * n / (us * 1e-6) / 1e9
+    return float("nan"), float("nan")
 
 
 def state_bytes(state_dtype):
@@ -287,7 +245,7 @@ def time_shape(kernel, state_dtype, B, T, args, timer, gen):
         body()  # triton compiles outside the capture
         if DEVICE == "cuda":
             torch.cuda.synchronize()
-        res["kernel_us" if prepared else "window_us"] = timer(body) / (WINDOWS * layers)
+        res["kernel_us" if prepared else "window_us"] = timer(body)[0] / (WINDOWS * layers)
     res.setdefault("kernel_us", None)
     res["token_us"] = res["window_us"] / T
     res["state_gbs"] = B * (1 + T) * state_bytes(state_dtype) / (res["window_us"] * 1e-6) / 1e9

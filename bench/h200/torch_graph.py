@@ -51,6 +51,7 @@ import time
 import torch
 
 import rssm
+from graph_timing import WARMUP_S, Timer, copy_gbs, uniform  # noqa: F401 (torch_verify imports them from here)
 
 L = 16
 SHAPES = {  # H, HV, K, V (docs/design.md §5)
@@ -59,15 +60,6 @@ SHAPES = {  # H, HV, K, V (docs/design.md §5)
 }
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 KINDS = ("packed", "uniform", "staggered", "empty", "full", "flush", "inplace")
-WARMUP_S = 0.6  # rssm bench's (docs/bench.md): an idle H200 takes up to 0.4 s to reach its clock
-
-
-def uniform(shape, lo, hi, dtype, gen):
-    """Random in [lo, hi) on the GPU, never closer to 0 than 1e-3 (hi - lo)."""
-    x = torch.rand(shape, generator=gen, device="cuda", dtype=torch.float32) * (hi - lo) + lo
-    tiny = 1e-3 * (hi - lo)
-    x = torch.where(x.abs() < tiny, torch.full_like(x, tiny), x)
-    return x.to(dtype)
 
 
 class LayerTensors:
@@ -114,48 +106,6 @@ def packed_layer(gate, state_dtype, B, backend):
         gate_mode="raw", replay=False, state_dtype=state_dtype, io_dtype="bf16", gate_dtype="bf16",
         qk_l2norm=True, q_row_stride=2 * H * K + HV * V, k_row_stride=2 * H * K + HV * V,
         v_row_stride=2 * H * K + HV * V), backend)
-
-
-class Timer:
-    """Median and fastest device us of replays of a captured graph, after
-    untimed replays for WARMUP_S (the first graph of the process) or
-    --warmup seconds (every later one: its capture left the GPU idle)."""
-
-    def __init__(self, reps, warmup):
-        self.reps = reps
-        self.warmup = warmup
-        self.warm = False
-
-    def __call__(self, body):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        start = time.perf_counter()
-        while True:
-            graph.replay()
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= (self.warmup if self.warm else WARMUP_S):
-                break
-        self.warm = True
-        ev = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps + 1)]
-        ev[0].record()
-        for i in range(self.reps):
-            graph.replay()
-            ev[i + 1].record()
-        torch.cuda.synchronize()
-        times = sorted(ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(self.reps))
-        del graph
-        return times[len(times) // 2], times[0]
-
-
-def copy_gbs(timer):
-    """Device-to-device copy of 1 GiB, bytes read plus written per second."""
-    n = 1 << 28
-    src = torch.empty(n, dtype=torch.float32, device="cuda").uniform_(-1, 1)
-    dst = torch.empty_like(src)
-    us, _ = timer(lambda: dst.copy_(src))
-    del src, dst
-    return 2 * 4 * n / (us * 1e-6) / 1e9
 
 
 def layers_for(gate, state_dtype, B, state_mib):
