@@ -102,14 +102,15 @@ layout(constant_id = RSSM_VK_SPEC_TILE_M) const uint TILE_M = 16u;
 layout(constant_id = RSSM_VK_SPEC_TILE_N) const uint TILE_N = 16u;
 layout(constant_id = RSSM_VK_SPEC_TILE_K) const uint TILE_K = 16u;
 layout(local_size_x_id = RSSM_VK_SPEC_WG_SIZE) in;  // SG_COUNT * SG_SIZE
-// Replay: which rows of the step this pipeline runs, 0 those that do not
-// flush, 1 those that do (the other pipeline's workgroups return at once),
-// 2 all of them (one dispatch a step, where a small batch would pay for two;
-// portable kernels only). Only a flush needs KK_j and the tiles in shared
+// Replay: which rows of the step this pipeline runs (vk_abi.h's
+// RSSM_VK_ROWS_*): those that do not flush, those that do (the other
+// pipeline's workgroups return at once), or all of them (one dispatch a
+// step, where a small batch would pay for two; portable kernels only). Only a flush needs KK_j and the tiles in shared
 // memory, and a GPU keeps fewer workgroups resident the more shared memory
 // each takes: the read-only steps run with a few KiB (docs/design.md §8).
-// Packed: 1.
-layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = 1u;
+// Packed: RSSM_VK_ROWS_FLUSH.
+layout(constant_id = RSSM_VK_SPEC_FLUSH_ROWS) const uint FLUSH_ROWS = RSSM_VK_ROWS_FLUSH;
+const bool HAS_FLUSH_ROWS = FLUSH_ROWS != RSSM_VK_ROWS_READ_ONLY;
 // Slots per buffer of the pool (vk_abi.h): slot s is slot s % SLOTS_PER_BUFFER
 // of buffer s / SLOTS_PER_BUFFER. 0: one layer on the caller's tensors,
 // the state and the three rings each in its own element of binding 0.
@@ -292,7 +293,8 @@ shared float s_d[HEAD_V];   // d, full precision
 shared float s_o[HEAD_V];
 shared vec4 s_red[SG_COUNT];
 #endif
-// An array that only the flush pipeline uses: one element elsewhere.
+// An array that only a pipeline with flush rows uses: one element elsewhere
+// ((FLUSH_ROWS + 1) >> 1 is 0 for RSSM_VK_ROWS_READ_ONLY, 1 for the others).
 #define FLUSH_ONLY(n) (1u + ((n) - 1u) * ((FLUSH_ROWS + 1u) >> 1u))
 
 #if RSSM_REPLAY
@@ -303,7 +305,7 @@ shared vec2 s_c[RING_ROOM];  // (c_j(q), c_j(k)): shared by all V rows
 // in the staging s_kx itself: it has no room for more within lavapipe's
 // 32 KiB.
 #if RSSM_TILES == 2
-#define KR_IN_KX (FLUSH_ROWS != 0u)
+#define KR_IN_KX HAS_FLUSH_ROWS
 shared vec4 s_kr4[1];
 #else
 #define KR_IN_KX false
@@ -312,7 +314,7 @@ shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_ROOM * KQ) : 1u];
 #endif // !RSSM_WINDOW
 // The portable flush keeps KK_j of its lane's channel quads in registers
 // (kk_r): a lane holds the same quads of every row it updates.
-#define KK_IN_REGS (RSSM_TILES == 0 && FLUSH_ROWS != 0u)
+#define KK_IN_REGS (RSSM_TILES == 0 && HAS_FLUSH_ROWS)
 // Ring entries per subgroup in the coefficient pass, and ring entries a lane
 // of a row's subgroup reads (entry lane + i * SG_SIZE); with their array
 // extents, never 0 (L = 1). In an `_rt` module the counts are run-time
@@ -421,7 +423,7 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
 #if RSSM_REPLAY
 #define RSSM_LOAD_RING_D(RD, V0)                                                   \
     RD = vec4(0.0);                                                                \
-    if (FLUSH_ROWS != 0u && (V0) < v_end && lane < n)                              \
+    if (HAS_FLUSH_ROWS && (V0) < v_end && lane < n)                                \
         RD = RING_D4(lane, V0);
 #else
 #define RSSM_LOAD_RING_D(RD, V0) RD = vec4(0.0);
@@ -452,7 +454,7 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
     [[unroll]] for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
         const uint j = lane + jb * SG_SIZE;                                        \
         if (v0 < v_end && j < n) {                                                 \
-            const vec4 dj = FLUSH_ROWS != 0u && jb == 0u ? RD : RING_D4(j, v0);    \
+            const vec4 dj = HAS_FLUSH_ROWS && jb == 0u ? RD : RING_D4(j, v0);      \
             const vec2 cj = s_c[j];                                                \
             [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                     \
                 pq[r] += dj[r] * cj.x;                                             \
@@ -526,7 +528,7 @@ vec4 decay4(vec4 s)
                         cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 } else if (j % SG_COUNT == sg) {                                   \
                     const vec4 kk = kj_r[(j / SG_COUNT) * ROW_QUADS + i] * (decay4(s) * alpha_r[i]); \
-                    if (RSSM_TILES != 0 && FLUSH_ROWS != 0u)                       \
+                    if (RSSM_TILES != 0 && HAS_FLUSH_ROWS)                         \
                         kr4_put(j, cq, kk);                                        \
                     cj_r[j / SG_COUNT] += vec2(dot4(kk, s_q4[cq]), dot4(kk, s_k4[cq])); \
                 }                                                                  \
@@ -583,7 +585,7 @@ void main()
     // one): its output is zeroed, by one pipeline of a replay step, and no
     // slot is touched.
     if (RSSM_ROW_PADS(slot, pc.slots, pc.mode_flags >> 8u)) {
-        if (RING_LEN == 1u || FLUSH_ROWS != 1u)
+        if (RING_LEN == 1u || FLUSH_ROWS != RSSM_VK_ROWS_FLUSH)
             for (uint p = v_begin + t * 2u; p < v_end; p += WG_SIZE * 2u)
                 out_store2(pc.base_out, o_elem + p, vec2(0.0));
         return;
@@ -592,7 +594,7 @@ void main()
     // min(): a corrupt header must not send the kernel outside the ring.
     const uint n = min(write_pos, RING_CAP);
     const bool flush = RSSM_ROW_FLUSHES(n, RING_CAP, force);
-    if (FLUSH_ROWS != 2u && flush != (FLUSH_ROWS != 0u))
+    if (FLUSH_ROWS != RSSM_VK_ROWS_ALL && flush != HAS_FLUSH_ROWS)
         return; // the other pipeline's row: uniform for the whole workgroup
 #else
     const uint n = 0u;

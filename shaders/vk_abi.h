@@ -35,6 +35,10 @@
 #define RSSM_VK_SPEC_TILE_K 10
 #define RSSM_VK_SPEC_WG_SIZE 11
 #define RSSM_VK_SPEC_FLUSH_ROWS 12
+/* Its values: which rows of a replay step a decode pipeline runs. */
+#define RSSM_VK_ROWS_READ_ONLY 0u /* those that do not flush */
+#define RSSM_VK_ROWS_FLUSH 1u     /* those that flush (packed: every row) */
+#define RSSM_VK_ROWS_ALL 2u       /* both, in one dispatch */
 #define RSSM_VK_SPEC_SLOTS_PER_BUFFER 13
 #define RSSM_VK_SPEC_ROW_SPLIT 14
 #define RSSM_VK_SPEC_PREFETCH 15

@@ -296,20 +296,17 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
                                    &d->shape);
 }
 
-/* Which rows of a step a decode pipeline runs (decode.comp's FLUSH_ROWS). */
-enum { ROWS_READ_ONLY = 0, ROWS_FLUSH = 1, ROWS_ALL = 2 };
-
 /* The decode pipeline of the rows that flush, of those that do not (replay
  * with L > 1 only) or of all of them (`rows`); a model that runs the packed
- * module has the one, ROWS_FLUSH. An `_rt` module (a CPU device) reads `shape`
- * from the push constants instead and its specialization leaves it out
- * (ring_extent sizes its ring arrays), so that models of one gate and head
- * shape share its pipelines. */
+ * module has the one, RSSM_VK_ROWS_FLUSH. An `_rt` module (a CPU device)
+ * reads `shape` from the push constants instead and its specialization
+ * leaves it out (ring_extent sizes its ring arrays), so that models of one
+ * gate and head shape share its pipelines. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
                                    VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *module,
                                    VkPipeline *out, rssm_error *err)
 {
-    const bool flush_rows = rows != ROWS_READ_ONLY;
+    const bool flush_rows = rows != RSSM_VK_ROWS_READ_ONLY;
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
     const vk_spirv *spv = module ? module : module_for(ctx, p);
     if (spv->size == 0)
@@ -329,7 +326,7 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
         [RSSM_VK_SPEC_TILE_N] = ctx->tile_n,
         [RSSM_VK_SPEC_TILE_K] = ctx->tile_k,
         [RSSM_VK_SPEC_WG_SIZE] = ctx->subgroup_size * RSSM_VK_SUBGROUPS,
-        [RSSM_VK_SPEC_FLUSH_ROWS] = packed ? ROWS_FLUSH : rows,
+        [RSSM_VK_SPEC_FLUSH_ROWS] = packed ? RSSM_VK_ROWS_FLUSH : rows,
         [RSSM_VK_SPEC_SLOTS_PER_BUFFER] = sp->slots_per_buffer,
         [RSSM_VK_SPEC_ROW_SPLIT] = row_split,
         /* A second block of rows in registers where the pipeline has few
@@ -389,9 +386,10 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
     const bool one = !packed && !vk_uses_tiles(ctx, p) && d->split == d->split_readout &&
                      (ctx->tune_one_dispatch >= 0 ? ctx->tune_one_dispatch != 0
                                                   : !vk_cpu_device(ctx) && groups <= VK_ONE_DISPATCH_WORKGROUPS);
-    rssm_status st = pipeline_create(ctx, shape, p, layout, one ? ROWS_ALL : ROWS_FLUSH, d->split, NULL, &d->flush, err);
+    rssm_status st = pipeline_create(ctx, shape, p, layout, one ? RSSM_VK_ROWS_ALL : RSSM_VK_ROWS_FLUSH, d->split,
+                                     NULL, &d->flush, err);
     if (st == RSSM_OK && !packed && !one)
-        st = pipeline_create(ctx, shape, p, layout, ROWS_READ_ONLY, d->split_readout, NULL, &d->readout, err);
+        st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, NULL, &d->readout, err);
     return st;
 }
 
@@ -443,5 +441,5 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
     *split = vk_row_split(ctx, p, p->max_rows, false);
-    return pipeline_create(ctx, shape, p, layout, ROWS_READ_ONLY, *split, &vk_spirv_window, out, err);
+    return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split, &vk_spirv_window, out, err);
 }
