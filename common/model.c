@@ -109,8 +109,8 @@ rssm_status rssm_model_validate(const rssm_model *m, rssm_error *err)
         return rssm_set_error(err, bad, "state_dtype = %d: must be fp32 or bf16", (int)m->state_dtype);
     if (!dtype_known(m->ring_dtype))
         return rssm_set_error(err, bad, "ring_dtype = %d: must be fp32, fp16 or bf16", (int)m->ring_dtype);
-    if (m->io_dtype != RSSM_DTYPE_F32 && m->io_dtype != RSSM_DTYPE_BF16)
-        return rssm_set_error(err, bad, "io_dtype = %d: must be fp32 or bf16", (int)m->io_dtype);
+    if (!dtype_known(m->io_dtype))
+        return rssm_set_error(err, bad, "io_dtype = %d: must be fp32, fp16 or bf16", (int)m->io_dtype);
     if (m->qk_l2norm != 0 && m->qk_l2norm != 1)
         return rssm_set_error(err, bad, "qk_l2norm = %d: must be 0 or 1", m->qk_l2norm);
     if (!(m->q_scale >= 0.0f && isfinite(m->q_scale)))

@@ -118,9 +118,8 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     const bool mine = c0 < K;
     RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, st.slot, h));
     float *ring_g = reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, st.slot, hv));
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
     if (lane == 0) {
-        const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * (io_bf16 ? 2u : 4u);
+        const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * bytes_of(io_dtype(p));
         const uint64_t policy = evict_first_policy();
         uint8_t *dst = reinterpret_cast<uint8_t *>(co + kCoFloats);
         bar_expect_tx(bar, d_bytes + v_bytes);
@@ -233,7 +232,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     const uint32_t r = m.unit / HV, hv = m.unit % HV, n = m.n;
     const bool flush = m.flush == kMetaFlush, pad = m.flush == kMetaPad, mine = c0 < K;
     const rssm_layer_io &L = a.b.io;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     const float4 zero4 = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
 
     float x[R][4];
@@ -275,12 +274,11 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     constexpr uint32_t LPR = 32u / R;
     const uint32_t my_row = lane / LPR;
     const float sq = warp_sum_rows<R>(pq, lane), sk = warp_sum_rows<R>(pk, lane);
-    const float v_in = io_bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(vin)[v0 + my_row])
-                               : reinterpret_cast<const float *>(vin)[v0 + my_row];
+    const float v_in = load_io(vin, v0 + my_row, iot);
     const float d_mine = co[kCoMisc] * (v_in - sk);
     if (lane % LPR == 0u) {
         void *out_row = L.out + (size_t)__float_as_uint(co[kCoMisc + 3]) * L.out_row;
-        store_io(out_row, (size_t)hv * V + v0 + my_row, io_bf16, pad ? 0.0f : sq + d_mine * co[kCoMisc + 1]);
+        store_io(out_row, (size_t)hv * V + v0 + my_row, iot, pad ? 0.0f : sq + d_mine * co[kCoMisc + 1]);
         if (RING && !flush && !pad) {
             RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, m.slot, hv));
             ring_d[(size_t)n * V + v0 + my_row] = to_ring<RT>(d_mine, L.overflow, r);

@@ -163,9 +163,9 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     const uint32_t group = HV / H, chunks = a.chunks;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
-    const size_t io = io_bf16 ? 2 : 4, rsz = R16 ? 2 : 4;
+    const size_t io = bytes_of(iot), rsz = R16 ? 2 : 4;
     const uint32_t ng = (K + 4u * CPT - 1u) / (4u * CPT);
 
     const int tid = threadIdx.x, nthr = blockDim.x, W = nthr >> 5; /* W <= 4 */
@@ -272,8 +272,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const uint32_t c = (uint32_t)lane + 32u * i;
-                qx[i] = c < K ? load_io(st + L.sQ, c, io_bf16) : 0.0f;
-                kx[i] = c < K ? load_io(st + L.sKi, c, io_bf16) : 0.0f;
+                qx[i] = c < K ? load_io(st + L.sQ, c, iot) : 0.0f;
+                kx[i] = c < K ? load_io(st + L.sKi, c, iot) : 0.0f;
                 sq += qx[i] * qx[i];
                 sk += kx[i] * kx[i];
             }
@@ -305,7 +305,8 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 if (c >= K || i % W != warp)
                     continue;
                 const uint32_t cg = kda ? c : 0u;
-                float gv = gate_bf16 ? load_io(IO.gate + io_row * IO.gate_row, (size_t)hv * Kg + cg, true) : sGate[cg];
+                float gv = gate_bf16 ? load_io(IO.gate + io_row * IO.gate_row, (size_t)hv * Kg + cg, kGateBF16)
+                                     : sGate[cg];
                 if (raw) {
                     const float dt = __ldg(IO.dt_bias + (size_t)hv * Kg + cg);
                     gv = raw_gate(p, gv, dt, A);
@@ -328,7 +329,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
                 kw[c] = ag * kx[i];
             }
             if (tid == 0) {
-                const float b = gate_bf16 ? load_io(IO.beta + io_row * IO.beta_row, hv, true)
+                const float b = gate_bf16 ? load_io(IO.beta + io_row * IO.beta_row, hv, kGateBF16)
                                           : *reinterpret_cast<const float *>(st + L.sBeta);
                 misc[0] = raw ? sigmoid(b) : b;
                 misc[1] = kq;
@@ -417,10 +418,10 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
 #pragma unroll
         for (int hf = 0; hf < 2; ++hf) {
             const uint32_t v = v0 + 8u * hf;
-            const float vin = v < V ? load_io(st + L.sV, v, io_bf16) : 0.0f;
+            const float vin = v < V ? load_io(st + L.sV, v, iot) : 0.0f;
             d[hf] = beta * (vin - pk[hf]);
             if (t4 == 0 && v < V) {
-                store_io(out_row, (size_t)hv * V + v, io_bf16, pad ? 0.0f : pq[hf] + d[hf] * kq);
+                store_io(out_row, (size_t)hv * V + v, iot, pad ? 0.0f : pq[hf] + d[hf] * kq);
                 if (!flush && !pad)
                     ring_d[(size_t)n * V + v] = to_ring<RT>(d[hf], IO.overflow, r);
             }

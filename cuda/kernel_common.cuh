@@ -311,39 +311,73 @@ template <int RT> __device__ __forceinline__ typename Raw<RT>::T to_ring(float x
     return from_f<RT>(x);
 }
 
-__device__ __forceinline__ float load_io(const void *p, size_t i, bool bf16)
+/* The dtype of an array that a kernel learns only at run time, as a
+ * RSSM_CODE_DTYPE_* code: q, k, v and the output (the io dtype: fp32, fp16
+ * or bf16), gate and beta (fp32 or bf16, RSSM_FLAG_GATE_BF16). It is one
+ * value for the whole launch, so every branch on it is uniform (no warp
+ * diverges) and costs a predicated instruction or two, where a template
+ * parameter would multiply the kernels' instances (they are templates of
+ * the state and ring dtypes already). A type of its own, so that a bool
+ * (what these helpers took while bf16 was the only 16-bit io dtype) cannot
+ * be passed for it. Every load and store of such an array goes through the
+ * helpers below, the one place that knows how each dtype is held. */
+struct Dtype {
+    uint32_t code;
+};
+
+__device__ __forceinline__ Dtype io_dtype(const rssm_kernel_params &p) { return Dtype{p.io_dtype}; }
+__device__ __forceinline__ Dtype gate_dtype(const rssm_kernel_params &p)
 {
-    return bf16 ? bf16_to_f(static_cast<const uint16_t *>(p)[i]) : static_cast<const float *>(p)[i];
+    return Dtype{(p.flags & RSSM_FLAG_GATE_BF16) != 0u ? (uint32_t)kBF16 : (uint32_t)kF32};
+}
+constexpr Dtype kGateBF16 = {(uint32_t)kBF16};
+
+__device__ __forceinline__ uint32_t bytes_of(Dtype t) { return t.code == (uint32_t)kF32 ? 4u : 2u; }
+
+/* A 16-bit element of dtype t (fp16 or bf16), in the low half of `h`, as
+ * fp32. */
+__device__ __forceinline__ float from16(Dtype t, uint32_t h)
+{
+    return t.code == (uint32_t)kBF16 ? bf16_to_f(h) : f16_to_f(h);
 }
 
-/* Element i of an fp32 or bf16 array whose dtype is known only at run
- * time, when `in` (else 0), as its bits (a bf16 in the low half), by two
- * predicated loads into one register; io_value converts it only after
- * every load of a group is issued. load_io's conversion, inside the
- * branch, made each load wait for its data before the next was issued: in
- * channel_inputs q, k, the gate and beta were four global round trips in
- * a row on the prologue's critical path (bench/results/h200_layer/notes.md). */
-__device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, bool bf16, bool in)
+__device__ __forceinline__ float load_io(const void *p, size_t i, Dtype t)
 {
+    if (t.code == (uint32_t)kF32)
+        return static_cast<const float *>(p)[i];
+    return from16(t, static_cast<const uint16_t *>(p)[i]);
+}
+
+/* Element i of an array of dtype t, when `in` (else 0), as its bits (a
+ * 16-bit element in the low half), by two predicated loads into one
+ * register; io_value converts it only after every load of a group is
+ * issued. load_io's conversion, inside the branch, made each load wait for
+ * its data before the next was issued: in channel_inputs q, k, the gate
+ * and beta were four global round trips in a row on the prologue's
+ * critical path (bench/results/h200_layer/notes.md). */
+__device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, Dtype t, bool in)
+{
+    const bool wide = t.code == (uint32_t)kF32;
     uint32_t b = 0u;
-    if (in && !bf16)
+    if (in && wide)
         b = static_cast<const uint32_t *>(p)[i];
-    if (in && bf16)
+    if (in && !wide)
         b = static_cast<const uint16_t *>(p)[i];
     return b;
 }
 
-__device__ __forceinline__ float io_value(uint32_t bits, bool bf16)
+__device__ __forceinline__ float io_value(uint32_t bits, Dtype t)
 {
-    return __uint_as_float(bf16 ? bits << 16 : bits);
+    return t.code == (uint32_t)kF32 ? __uint_as_float(bits) : from16(t, bits);
 }
 
-__device__ __forceinline__ void store_io(void *p, size_t i, bool bf16, float x)
+/* x stored as element i of an array of dtype t, rounded to nearest even. */
+__device__ __forceinline__ void store_io(void *p, size_t i, Dtype t, float x)
 {
-    if (bf16)
-        static_cast<uint16_t *>(p)[i] = f_to_bf16(x);
-    else
+    if (t.code == (uint32_t)kF32)
         static_cast<float *>(p)[i] = x;
+    else
+        static_cast<uint16_t *>(p)[i] = t.code == (uint32_t)kBF16 ? f_to_bf16(x) : f_to_f16(x);
 }
 
 __device__ __forceinline__ float softplus(float x)
@@ -441,13 +475,12 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t h = hv / (HV / H);
     const rssm_layer_io &L = a.b.io;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p), gt = gate_dtype(p);
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
     const uint32_t Kg = kda ? K : 1u;
-    const void *qrow = L.q + io * L.q_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
-    const void *krow = L.k + io * L.k_row + (size_t)h * K * (io_bf16 ? 2u : 4u);
-    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
+    const void *qrow = L.q + io * L.q_row + (size_t)h * K * bytes_of(iot);
+    const void *krow = L.k + io * L.k_row + (size_t)h * K * bytes_of(iot);
     const void *gate = L.gate + io * L.gate_row;
     const float *dt_bias = L.dt_bias + (size_t)hv * Kg;
     /* OVERLAP: every global load of the step's inputs first, the gate
@@ -462,36 +495,36 @@ __device__ __forceinline__ RowIn channel_inputs(const Args &a, uint32_t io, uint
 #pragma unroll
         for (int i = 0; i < NC; ++i) {
             const uint32_t c = first + stride * i;
-            qr[i] = load_io_bits(qrow, c, io_bf16, c < K);
-            kr[i] = load_io_bits(krow, c, io_bf16, c < K);
-            gr[i] = load_io_bits(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16, c < K);
+            qr[i] = load_io_bits(qrow, c, iot, c < K);
+            kr[i] = load_io_bits(krow, c, iot, c < K);
+            gr[i] = load_io_bits(gate, (size_t)hv * Kg + (kda ? c : 0u), gt, c < K);
             dt[i] = raw && c < K ? __ldg(dt_bias + (kda ? c : 0u)) : 0.0f;
         }
-        br = load_io_bits(L.beta + io * L.beta_row, hv, gate_bf16, true);
+        br = load_io_bits(L.beta + io * L.beta_row, hv, gt, true);
         A_log = raw ? __ldg(L.A_log + hv) : 0.0f;
     }
     float b_in = 0.0f;
     if constexpr (!OVERLAP)
-        b_in = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
+        b_in = load_io(L.beta + io * L.beta_row, hv, gt);
     float sq = 0.0f, sk = 0.0f, sqk = 0.0f;
 #pragma unroll
     for (int i = 0; i < NC; ++i) {
         if constexpr (OVERLAP) {
-            q[i] = io_value(qr[i], io_bf16);
-            k[i] = io_value(kr[i], io_bf16);
-            g[i] = io_value(gr[i], gate_bf16);
+            q[i] = io_value(qr[i], iot);
+            k[i] = io_value(kr[i], iot);
+            g[i] = io_value(gr[i], gt);
         } else {
             const uint32_t c = first + stride * i;
-            q[i] = c < K ? load_io(qrow, c, io_bf16) : 0.0f;
-            k[i] = c < K ? load_io(krow, c, io_bf16) : 0.0f;
-            g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gate_bf16) : 0.0f;
+            q[i] = c < K ? load_io(qrow, c, iot) : 0.0f;
+            k[i] = c < K ? load_io(krow, c, iot) : 0.0f;
+            g[i] = c < K ? load_io(gate, (size_t)hv * Kg + (kda ? c : 0u), gt) : 0.0f;
         }
         sq += q[i] * q[i];
         sk += k[i] * k[i];
         sqk += q[i] * k[i];
     }
     if constexpr (OVERLAP)
-        b_in = io_value(br, gate_bf16);
+        b_in = io_value(br, gt);
     sq = warp_sum(sq);
     sk = warp_sum(sk);
     sqk = warp_sum(sqk);
@@ -543,9 +576,9 @@ template <typename Args> __device__ __forceinline__ HeadGate head_gate(const Arg
     const rssm_kernel_params &p = a.p;
     const rssm_layer_io &L = a.b.io;
     const bool raw = p.gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
-    const bool gate_bf16 = (p.flags & RSSM_FLAG_GATE_BF16) != 0u;
-    const float x = load_io(L.gate + io * L.gate_row, hv, gate_bf16);
-    const float b = load_io(L.beta + io * L.beta_row, hv, gate_bf16);
+    const Dtype gt = gate_dtype(p);
+    const float x = load_io(L.gate + io * L.gate_row, hv, gt);
+    const float b = load_io(L.beta + io * L.beta_row, hv, gt);
     HeadGate o;
     o.g = raw ? raw_gate(p, x, __ldg(L.dt_bias + hv), expf(__ldg(L.A_log + hv))) : x;
     o.beta = raw ? sigmoid(b) : b;

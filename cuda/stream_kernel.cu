@@ -151,14 +151,14 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 ? 4 : ST == kF32 ? 6 : 8)
         return;
     const RowStep row = row_decode(p, L, hr);
     const uint32_t slot = row.slot, io = row.io;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     void *out_row = L.out + io * L.out_row;
     const uint32_t v_base = chunk * 8u * (uint32_t)RPL + g;
     if (row.pad) {
 #pragma unroll
         for (int i = 0; i < RPL; ++i)
             if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
-                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
+                store_io(out_row, (size_t)hv * V + v_base + 8u * i, iot, 0.0f);
         return;
     }
 
@@ -172,7 +172,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 ? 4 : ST == kF32 ? 6 : 8)
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, v < V);
+        vin[i] = load_io_bits(v_row, v_at + v, iot, v < V);
     }
 
     /* 2. The per-channel vectors. */
@@ -205,9 +205,9 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 ? 4 : ST == kF32 ? 6 : 8)
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        d[i] = in.beta * (io_value(vin[i], io_bf16) - pk[i]);
+        d[i] = in.beta * (io_value(vin[i], iot) - pk[i]);
         if (t4 == (uint32_t)(i & 3) && v < V)
-            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * in.kq);
+            store_io(out_row, v_at + v, iot, pq[i] + d[i] * in.kq);
     }
 
     /* 5. The new state, streamed out. */
@@ -258,7 +258,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
     const RowStep row = row_decode(p, L, hr);
     const uint32_t slot = row.slot, n = row.n, io = row.io;
     const bool flush = row.flush;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
     const uint32_t Kg = kda ? K : 1u;
     void *out_row = L.out + io * L.out_row;
@@ -267,7 +267,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
 #pragma unroll
         for (int i = 0; i < RPL; ++i)
             if (rows_here && t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
-                store_io(out_row, (size_t)hv * V + v_base + 8u * i, io_bf16, 0.0f);
+                store_io(out_row, (size_t)hv * V + v_base + 8u * i, iot, 0.0f);
         return;
     }
 
@@ -295,7 +295,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        vin[i] = load_io_bits(v_row, v_at + v, io_bf16, rows_here && v < V);
+        vin[i] = load_io_bits(v_row, v_at + v, iot, rows_here && v < V);
     }
     if (n > 0) {
         copy_async(kraw, ring_k, n * K * (uint32_t)sizeof(RRaw), (int)tid, 32 * kWarps);
@@ -387,9 +387,9 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
 #pragma unroll
     for (int i = 0; i < RPL; ++i) {
         const uint32_t v = v_base + 8u * i;
-        d[i] = beta * (io_value(vin[i], io_bf16) - pk[i]);
+        d[i] = beta * (io_value(vin[i], iot) - pk[i]);
         if (t4 == (uint32_t)(i & 3) && v < V) {
-            store_io(out_row, v_at + v, io_bf16, pq[i] + d[i] * kq);
+            store_io(out_row, v_at + v, iot, pq[i] + d[i] * kq);
             if (!flush)
                 ring_d[(size_t)n * V + v] = to_ring<RT>(d[i], L.overflow, r);
         }

@@ -117,7 +117,7 @@ __device__ __forceinline__ void window_load(const WArgs &a, uint32_t u, float *c
     const uint32_t r = u / HV, hv = u % HV;
     const RowWindow win = row_window(a, r);
     const uint32_t n = win.n, T = win.T;
-    const uint32_t v_bytes = V * (p.io_dtype == RSSM_CODE_DTYPE_BF16 ? 2u : 4u);
+    const uint32_t v_bytes = V * bytes_of(io_dtype(p));
     uint8_t *bytes = reinterpret_cast<uint8_t *>(co);
     if (lane == 0) {
         const uint32_t d_bytes = n * V * (uint32_t)sizeof(RRaw);
@@ -241,14 +241,14 @@ __device__ __forceinline__ void consume_window(const WArgs &a, const uint8_t *st
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
     const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
     const uint32_t w0 = 16u * wi, v0 = chunk * Wg::RC + w0, r = m.unit / HV, hv = m.unit % HV, n = m.n;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     const uint32_t T = __float_as_uint(co[B::HDR + 1]), ntiles = (T + 3u) / 4u;
     const size_t o_at = (size_t)hv * V + v0 + g;
     if (m.flush == kMetaPad) { /* a padding row's outputs are zeros, as a step's */
         for (uint32_t s = t4; s < a.t_max; s += 4u) {
             uint8_t *o = L.out + ((size_t)s * a.rows + r) * L.out_row;
-            store_io(o, o_at, io_bf16, 0.0f);
-            store_io(o, o_at + 8u, io_bf16, 0.0f);
+            store_io(o, o_at, iot, 0.0f);
+            store_io(o, o_at + 8u, iot, 0.0f);
         }
         return;
     }
@@ -279,10 +279,9 @@ __device__ __forceinline__ void consume_window(const WArgs &a, const uint8_t *st
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
                     const uint32_t v = v0 + g + 8u * i;
-                    const float v_in = io_bf16 ? bf16_to_f(reinterpret_cast<const uint16_t *>(vrow)[v])
-                                               : reinterpret_cast<const float *>(vrow)[v];
+                    const float v_in = load_io(vrow, v, iot);
                     const float d = beta * (v_in - acc[u][2 * i + 1]);
-                    store_io(o, o_at + 8u * i, io_bf16, acc[u][2 * i] + d * kq);
+                    store_io(o, o_at + 8u * i, iot, acc[u][2 * i] + d * kq);
                     const RRaw e = window_entry<RT>(d, L.overflow, r, s);
                     ring_d[(size_t)(n + s) * V + v] = e;
                     dr[i] = to_f<RT>(e);

@@ -317,7 +317,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     const uint32_t r = unit / HV, hv = unit % HV;
     const RowWindow win = row_window(a, r);
     const uint32_t n = win.n, T = win.T, ntiles = (T + 3u) / 4u;
-    const bool io_bf16 = p.io_dtype == RSSM_CODE_DTYPE_BF16;
+    const Dtype iot = io_dtype(p);
     const uint32_t v_base = (part * kWarps + warp) * 8u * kRPL + g;
     const size_t v_at = (size_t)hv * V;
     if (win.pad) { /* a padding row's outputs are zeros, as a step's */
@@ -325,7 +325,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
 #pragma unroll
             for (int i = 0; i < kRPL; ++i)
                 if (t4 == (uint32_t)(i & 3) && v_base + 8u * i < V)
-                    store_io(L.out + (size_t)(t * a.rows + r) * L.out_row, v_at + v_base + 8u * i, io_bf16, 0.0f);
+                    store_io(L.out + (size_t)(t * a.rows + r) * L.out_row, v_at + v_base + 8u * i, iot, 0.0f);
         return;
     }
 
@@ -348,7 +348,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
 #pragma unroll
         for (int tt = 0; tt < TL; ++tt) {
             const uint32_t t = t4 + 4u * tt;
-            vin[i][tt] = load_io_bits(L.v + (size_t)(t * a.rows + r) * L.v_row, v_at + v, io_bf16, t < T && v < V);
+            vin[i][tt] = load_io_bits(L.v + (size_t)(t * a.rows + r) * L.v_row, v_at + v, iot, t < T && v < V);
         }
     }
 
@@ -385,7 +385,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
         for (int tt = 0; tt < TL; ++tt) {
             const uint32_t t = t4 + 4u * tt;
             if (t < T)
-                vsm[warp][t][g + 8 * i] = io_value(vin[i][tt], io_bf16);
+                vsm[warp][t][g + 8 * i] = io_value(vin[i][tt], iot);
         }
     }
     __syncthreads();
@@ -433,7 +433,7 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
                 const uint32_t v = v_base + 8u * i;
                 const float d = beta * (vsm[warp][t][g + 8 * i] - pk[i]);
                 if (t4 == (uint32_t)(i & 3) && v < V) {
-                    store_io(out_row, v_at + v, io_bf16, pq[i] + d * kq);
+                    store_io(out_row, v_at + v, iot, pq[i] + d * kq);
                     const RRaw dr = window_entry<RT>(d, L.overflow, r, t);
                     ring_d[(size_t)m * V + v] = dr;
                     dsm[warp][m][g + 8 * i] = to_f<RT>(dr);

@@ -117,7 +117,7 @@ typedef struct rssm_model {
     uint32_t ring_len;        /* L in 1..64; ignored when replay == 0 */
     rssm_dtype state_dtype;   /* F32 or BF16 */
     rssm_dtype ring_dtype;    /* F32, F16 or BF16 */
-    rssm_dtype io_dtype;      /* q, k, v and the output: F32 or BF16 */
+    rssm_dtype io_dtype;      /* q, k, v and the output: F32, F16 or BF16 */
     int qk_l2norm;            /* q, k <- x / sqrt(sum x^2 + 1e-6) in the kernel */
     float q_scale;            /* applied after the norm; 0 means 1/sqrt(K) */
 } rssm_model;
@@ -460,7 +460,8 @@ typedef struct rssm_layer_desc {
     int64_t q_row_stride, k_row_stride, v_row_stride, out_row_stride; /* 0: H K, H K, HV V, HV V */
     int64_t gate_row_stride, beta_row_stride;       /* 0: HV G, HV */
     /* gate and beta: F32 (the default, 0) or BF16, the activation dtype
-     * engines project a and b in */
+     * engines project a and b in (with fp16 activations, the io dtype F16,
+     * the caller passes them as F32) */
     rssm_dtype gate_dtype;
     rssm_padding padding; /* RSSM_PADDING_OUT_OF_RANGE (0) by default */
 } rssm_layer_desc;

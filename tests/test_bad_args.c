@@ -113,7 +113,7 @@ MODEL_CASE(model_ring_big, m.ring_len = RSSM_MAX_RING_LEN + 1)
 MODEL_CASE(model_state_f16, m.state_dtype = RSSM_DTYPE_F16)
 MODEL_CASE(model_state_bad, m.state_dtype = (rssm_dtype)11)
 MODEL_CASE(model_ring_bad, m.ring_dtype = (rssm_dtype)11)
-MODEL_CASE(model_io_f16, m.io_dtype = RSSM_DTYPE_F16)
+MODEL_CASE(model_io_past_bf16, m.io_dtype = (rssm_dtype)(RSSM_DTYPE_BF16 + 1))
 MODEL_CASE(model_io_bad, m.io_dtype = (rssm_dtype)11)
 MODEL_CASE(model_l2norm_2, m.qk_l2norm = 2)
 MODEL_CASE(model_q_scale_neg, m.q_scale = -1.0f)
@@ -429,7 +429,7 @@ static const bad_case kCases[] = {
     E(model_safe_bound_pos, RSSM_ERR_INVALID_ARGUMENT), E(model_replay_2, RSSM_ERR_INVALID_ARGUMENT),
     E(model_ring_0, RSSM_ERR_INVALID_ARGUMENT), E(model_ring_big, RSSM_ERR_INVALID_ARGUMENT),
     E(model_state_f16, RSSM_ERR_INVALID_ARGUMENT), E(model_state_bad, RSSM_ERR_INVALID_ARGUMENT),
-    E(model_ring_bad, RSSM_ERR_INVALID_ARGUMENT), E(model_io_f16, RSSM_ERR_INVALID_ARGUMENT),
+    E(model_ring_bad, RSSM_ERR_INVALID_ARGUMENT), E(model_io_past_bf16, RSSM_ERR_INVALID_ARGUMENT),
     E(model_io_bad, RSSM_ERR_INVALID_ARGUMENT), E(model_l2norm_2, RSSM_ERR_INVALID_ARGUMENT),
     E(model_q_scale_neg, RSSM_ERR_INVALID_ARGUMENT), E(model_q_scale_nan, RSSM_ERR_INVALID_ARGUMENT),
     E(model_q_scale_inf, RSSM_ERR_INVALID_ARGUMENT), E(model_too_big, RSSM_ERR_INVALID_ARGUMENT),

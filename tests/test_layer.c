@@ -89,10 +89,11 @@ static void engine_close(engine *e)
 
 static rssm_layer_tensors engine_tensors(engine *e)
 {
-    const size_t H = e->m.num_qk_heads, K = e->m.head_k;
+    const size_t H = e->m.num_qk_heads, K = e->m.head_k, io = rssm_dtype_size(e->m.io_dtype);
+    const uint8_t *qkv = (const uint8_t *)e->qkv; /* rows of io-dtype elements */
     rssm_layer_tensors t = {
         .state = e->state, .ring_d = e->ring_d, .ring_k = e->ring_k, .ring_g = e->ring_g,
-        .q = e->qkv, .k = e->qkv + H * K, .v = e->qkv + 2 * H * K,
+        .q = qkv, .k = qkv + H * K * io, .v = qkv + 2 * H * K * io,
         .gate = e->gate, .beta = e->beta, .A_log = e->A_log, .dt_bias = e->dt_bias, .out = e->out,
         .slot_index = e->slot_index, .write_pos = e->write_pos, .force = e->force,
     };
@@ -355,6 +356,103 @@ static void kda_matches_batch(void **state)
     (void)state;
     check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_F32, RSSM_GATE_RAW_SAFE, RSSM_DTYPE_F32);
     check_against_batch(RSSM_GATE_KDA, RSSM_DTYPE_BF16, RSSM_GATE_PRECOMPUTED, RSSM_DTYPE_BF16);
+}
+
+/* fp16 io, the activations vLLM tests its GDN kernels with, against fp32
+ * io on the same backend and the same tensors otherwise: an fp16 q, k or v
+ * is an fp32 value exactly, so a layer reading the fp16 elements must
+ * compute what one reading their fp32 copies computes and store each
+ * output as that output rounded to fp16 (common/dtype.h, which every
+ * backend's rounding matches): bit for bit, the states, rings and cursors
+ * too, over steps that append, fill the ring and flush (forced, too), with
+ * a padding row whose outputs are zeroed and padded output rows whose
+ * padding is never written. The oracle check of fp16 io is the
+ * conformance cases' (*-fp16-io, tools/harness/cases.c). */
+static void fp16_io_is_fp32_io_rounded(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    static const rssm_gate_kind kinds[2] = {RSSM_GATE_GDN, RSSM_GATE_KDA};
+    for (int gk = 0; gk < 2; gk++) {
+        rh_rng rng;
+        rh_rng_seed(&rng, SEED + 77 + (uint64_t)gk, 0);
+        rssm_model m = ts_small_model(kinds[gk], 1, L);
+        m.ring_dtype = RSSM_DTYPE_F16;
+        const size_t HV = m.num_v_heads, V = m.head_v;
+        engine e32, e16;
+        engine_open(&e32, b, &m);
+        m.io_dtype = RSSM_DTYPE_F16;
+        engine_open(&e16, b, &m); /* its float arrays hold twice the fp16 elements needed */
+        const size_t state_bytes = (size_t)e32.state_slot * SLOTS * sizeof(float);
+        const size_t ring_d_bytes = (size_t)e32.ring_d_slot * SLOTS * sizeof(float);
+        const size_t ring_k_bytes = (size_t)e32.ring_k_slot * SLOTS * sizeof(float);
+        const size_t ring_g_bytes = (size_t)e32.ring_g_slot * SLOTS * sizeof(float);
+        ts_fill(e32.state, state_bytes / sizeof(float), -0.5f, 0.5f, &rng);
+        memcpy(e16.state, e32.state, state_bytes);
+        for (uint32_t s = 0; s < SLOTS; s++)
+            e32.cursor[s] = e16.cursor[s] = 0;
+        rssm_layer *l32 = NULL, *l16 = NULL;
+        TS_OK(rssm_layer_create(b, &e32.desc, &l32, &err), &err);
+        TS_OK(rssm_layer_create(b, &e16.desc, &l16, &err), &err);
+        const int32_t slots[ROWS] = {3, 0, 2};
+        uint64_t seq[ROWS] = {5, 9, 12};
+        uint16_t *qkv16 = (uint16_t *)(void *)e16.qkv, *out16 = (uint16_t *)(void *)e16.out;
+        int flushes = 0;
+        for (int step = 0; step < STEPS; step++) {
+            for (uint32_t r = 0; r < ROWS; r++)
+                for (size_t i = 0; i < (size_t)e32.qkv_row - ROW_PAD; i++) {
+                    const size_t at = r * (size_t)e32.qkv_row + i;
+                    qkv16[at] = rssm_f32_to_f16(ts_rng_float(&rng, -1.0f, 1.0f));
+                    e32.qkv[at] = rssm_f16_to_f32(qkv16[at]);
+                }
+            ts_poison(e32.qkv + (size_t)ROWS * e32.qkv_row, (size_t)e32.qkv_row * sizeof(float));
+            ts_poison(qkv16 + (size_t)ROWS * e16.qkv_row, (size_t)e16.qkv_row * sizeof(uint16_t));
+            ts_fill(e32.gate, ROWS * HV * e32.G, -0.4f, -0.01f, &rng);
+            ts_fill(e32.beta, ROWS * HV, 0.05f, 0.95f, &rng);
+            memcpy(e16.gate, e32.gate, ROWS * HV * e32.G * sizeof(float));
+            memcpy(e16.beta, e32.beta, ROWS * HV * sizeof(float));
+            for (uint32_t r = 0; r <= ROWS; r++) {
+                const bool pad = r == ROWS;
+                e32.slot_index[r] = e16.slot_index[r] = pad ? -1 : slots[r];
+                e32.write_pos[r] = e16.write_pos[r] = pad ? 1 : e32.cursor[slots[r]];
+                e32.force[r] = e16.force[r] = !pad && seq[r]++ % SNAPSHOT == 0;
+                flushes += !pad && (e32.write_pos[r] == L - 1 || e32.force[r]);
+            }
+            ts_poison(e32.out, (size_t)e32.out_row * (ROWS + 1) * sizeof(float));
+            ts_poison(out16, (size_t)e16.out_row * (ROWS + 1) * sizeof(uint16_t));
+            const rssm_layer_tensors t32 = engine_tensors(&e32), t16 = engine_tensors(&e16);
+            TS_OK(lm_run(e32.mem, l32, ROWS + 1, &t32, &err), &err);
+            TS_OK(lm_run(e16.mem, l16, ROWS + 1, &t16, &err), &err);
+            TS_OK(lm_advance(e32.mem, l32, ROWS + 1, e32.slot_index, e32.write_pos, e32.force, e32.cursor, &err),
+                  &err);
+            TS_OK(lm_advance(e16.mem, l16, ROWS + 1, e16.slot_index, e16.write_pos, e16.force, e16.cursor, &err),
+                  &err);
+            for (uint32_t r = 0; r <= ROWS; r++) {
+                const float *o32 = e32.out + (size_t)r * e32.out_row;
+                const uint16_t *o16 = out16 + (size_t)r * e16.out_row;
+                for (size_t i = 0; i < HV * V; i++) {
+                    const uint16_t want = r == ROWS ? 0 : rssm_f32_to_f16(o32[i]);
+                    if (o16[i] != want)
+                        fail_msg("%s step %d row %u output %zu: fp16 io gave 0x%04x, fp32 io %.9g (0x%04x in fp16)",
+                                 gk ? "KDA" : "GDN", step, r, i, o16[i], (double)o32[i], want);
+                }
+                assert_int_equal(ts_count_nonfinite(o16 + HV * V, RSSM_DTYPE_F16, ROW_PAD), ROW_PAD);
+            }
+            assert_memory_equal(e16.state, e32.state, state_bytes);
+            assert_memory_equal(e16.ring_d, e32.ring_d, ring_d_bytes);
+            assert_memory_equal(e16.ring_k, e32.ring_k, ring_k_bytes);
+            assert_memory_equal(e16.ring_g, e32.ring_g, ring_g_bytes);
+            assert_memory_equal(e16.cursor, e32.cursor, SLOTS * sizeof(int32_t));
+        }
+        assert_true(flushes >= ROWS); /* the checkpoints were written, through the io path's d */
+        rssm_layer_destroy(&l32);
+        rssm_layer_destroy(&l16);
+        engine_close(&e32);
+        engine_close(&e16);
+    }
+    rssm_backend_destroy(&b);
 }
 
 /* Descriptions the library must refuse, each with its own message. */
@@ -953,6 +1051,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(gdn_matches_batch),
         cmocka_unit_test(kda_matches_batch),
+        cmocka_unit_test(fp16_io_is_fp32_io_rounded),
         cmocka_unit_test(verify_matches_batch),
         cmocka_unit_test(record_verify_matches_cpu),
         cmocka_unit_test(bad_descriptions),

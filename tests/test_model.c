@@ -89,7 +89,8 @@ BAD(state_unknown, m->state_dtype = (rssm_dtype)7)
 BAD(ring_unknown, m->ring_dtype = (rssm_dtype)7)
 BAD(io_unknown, m->io_dtype = (rssm_dtype)7)
 BAD(state_f16, m->state_dtype = RSSM_DTYPE_F16)  /* state: fp32 or bf16 only */
-BAD(io_f16, m->io_dtype = RSSM_DTYPE_F16)        /* io: fp32 or bf16 only */
+BAD(io_past_bf16, m->io_dtype = (rssm_dtype)(RSSM_DTYPE_BF16 + 1)) /* io: fp32, fp16 or bf16 */
+BAD(io_neg, m->io_dtype = (rssm_dtype)-1)
 BAD(safe_bound0, (m->gate_mode = RSSM_GATE_RAW_SAFE, m->gate_lower_bound = 0.0f))
 BAD(safe_bound_pos, (m->gate_mode = RSSM_GATE_RAW_SAFE, m->gate_lower_bound = 2.0f))
 BAD(safe_bound_nan, (m->gate_mode = RSSM_GATE_RAW_SAFE, m->gate_lower_bound = NAN))
@@ -104,7 +105,7 @@ static const bad_case bad_cases[] = {
     C(layers0), C(h0), C(hv0), C(k0), C(v0), C(k_not4), C(v_not4), C(k_big), C(v_big),
     C(hv_mod_h), C(hv_lt_h), C(l0), C(l65), C(l_huge), C(gate_kind), C(gate_kind_neg),
     C(gate_mode), C(replay2), C(qknorm2), C(state_unknown), C(ring_unknown), C(io_unknown),
-    C(state_f16), C(io_f16), C(safe_bound0), C(safe_bound_pos), C(safe_bound_nan),
+    C(state_f16), C(io_past_bf16), C(io_neg), C(safe_bound0), C(safe_bound_pos), C(safe_bound_nan),
     C(safe_bound_inf), C(q_scale_neg), C(q_scale_nan), C(q_scale_inf),
 #undef C
 };
@@ -168,6 +169,9 @@ static void test_validate_accepts_edges(void **state)
     m.gate_mode = RSSM_GATE_RAW;
     TS_OK(rssm_model_validate(&m, &err), &err);
     m.ring_dtype = RSSM_DTYPE_F16;
+    TS_OK(rssm_model_validate(&m, &err), &err);
+    /* fp16 activations, as vLLM's GDN tests pass them */
+    m.io_dtype = RSSM_DTYPE_F16;
     TS_OK(rssm_model_validate(&m, &err), &err);
     /* err may be NULL on success too. */
     assert_int_equal(rssm_model_validate(&m, NULL), RSSM_OK);

@@ -63,9 +63,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
         stream=None):
     """One decode step of one layer for B rows, in place on the engine's tensors.
 
-    mixed_qkv          [B, 2*H*K + HV*V], io dtype (fp32 or bf16): q at column
-                       0, k at H*K, v at 2*H*K of each row (read in place, at
-                       the tensor's row stride).
+    mixed_qkv          [B, 2*H*K + HV*V], io dtype (fp32, fp16 or bf16): q at
+                       column 0, k at H*K, v at 2*H*K of each row (read in
+                       place, at the tensor's row stride).
     a, b               the raw gate projections: a [B, HV] (GDN) or [B, HV*K] /
                        [B, HV, K] (KDA), b [B, HV]; g = -exp(A_log) *
                        softplus(a + dt_bias), beta = sigmoid(b) in the kernel
@@ -254,8 +254,8 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
                          f"(H={H} from k_cache, HV={HV}, V={V}, K={K} from initial_state)")
     if not contiguous_tail(qkv, 1):
         raise ValueError(f"{qkv.describe()}: each row must be contiguous")
-    if qkv.dtype not in ("fp32", "bf16"):
-        raise TypeError(f"mixed_qkv is {qkv.dtype}, expected fp32 or bf16")
+    if qkv.dtype not in ("fp32", "fp16", "bf16"):
+        raise TypeError(f"mixed_qkv is {qkv.dtype}, expected fp32, fp16 or bf16")
     q, k, v = (qkv.columns("q (mixed_qkv)", 0, H * K), qkv.columns("k (mixed_qkv)", H * K, H * K),
                qkv.columns("v (mixed_qkv)", 2 * H * K, HV * V))
 

@@ -224,6 +224,38 @@ def test_explicit_scale_and_converted_dtypes():
         e.check_encoded_state()
 
 
+def test_fp16_activations():
+    """fp16 mixed_qkv and out (NumPy float16; vLLM tests its GDN kernels
+    with fp16 activations), a and b in fp16 too (converted to fp32, the C
+    API's gate dtype): the reference sees the fp16 values, and each output
+    is rounded once to fp16, off by at most 2**-11 of itself
+    (tools/harness/cases.c) beyond the fp32 path's error. The out dtype
+    follows mixed_qkv's."""
+    rng = np.random.default_rng(9)
+    e = Engine(rng)
+    H, HV, K, V, B = e.H, e.HV, e.K, e.V, 4
+    flushed = 0
+    for t in range(2 * e.L + 1):
+        idx = np.insert(rng.choice(e.slots, B - 1, replace=False), rng.integers(B), -1).astype(np.int32)
+        mixed_qkv, a, b = e.inputs(B, np.empty((B, 2 * H * K + HV * V), np.float16))
+        a16, b16 = a.astype(np.float16), b.astype(np.float16)
+        out = np.full((B, HV, V), 7.0, np.float16)
+        got, expect, flushes = e.run(mixed_qkv, a16, b16, idx, None, out=out)
+        assert got.dtype == np.float16
+        pad = idx < 0
+        assert np.all(got[pad] == 0.0), "padding rows' outputs are zeroed"
+        tol = TOL["fp32"] + 2.0**-11
+        np.testing.assert_allclose(got.astype(np.float64), expect, rtol=tol, atol=tol * max(1.0, np.abs(expect).max()))
+        e.check_encoded_state()
+        flushed += int(np.sum(flushes & ~pad))
+    assert flushed > 0
+    mixed_qkv, a, b = e.inputs(B, np.empty((B, 2 * H * K + HV * V), np.float16))
+    with pytest.raises(TypeError, match="out is fp32, expected fp16"):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache,
+            np.zeros((B, HV, V), np.float32), np.arange(B, dtype=np.int32), np.zeros(B, np.int32))
+
+
 def test_layer_cache():
     rng = np.random.default_rng(7)
     e = Engine(rng)

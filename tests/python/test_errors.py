@@ -39,7 +39,7 @@ def test_valid_call_runs():
 @pytest.mark.parametrize("over, exc, match", [
     (dict(mixed_qkv=np.zeros((2, 2 * H * K + HV * V + 4), np.float32)), ValueError,
      r"mixed_qkv has 52 columns, expected 2\*H\*K \+ HV\*V = 48 \(H=2 from k_cache, HV=4, V=4, K=8"),
-    (dict(mixed_qkv=np.zeros((2, 48), np.float64)), TypeError, r"mixed_qkv is fp64, expected fp32 or bf16"),
+    (dict(mixed_qkv=np.zeros((2, 48), np.float64)), TypeError, r"mixed_qkv is fp64, expected fp32, fp16 or bf16"),
     (dict(mixed_qkv=np.zeros((48, 2), np.float32).T), ValueError, r"mixed_qkv .*each row must be contiguous"),
     (dict(mixed_qkv=[[0.0] * 48] * 2), TypeError, r"mixed_qkv: expected an array"),
     (dict(out=np.zeros((2, HV, V + 4), np.float32)), ValueError, r"out has shape \[2, 4, 8\], expected \[2, 4, 4\] or \[2, 16\]"),

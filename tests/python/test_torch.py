@@ -199,13 +199,18 @@ def test_torch_compile_fullgraph():
     np.testing.assert_array_equal(e1.state, e2.state)
 
 
-def bf16_step_check(device, backend):
-    """bf16 io and state, fp16 ring: the op against the float64 reference
-    of the same bf16 values."""
+def io16_step_check(device, backend, io=torch.bfloat16):
+    """16-bit io, fp16 ring: the op against the float64 reference of the
+    same 16-bit values. bf16 io with a bf16 state and bf16 a and b; fp16 io
+    (vLLM's fp16 activations) with an fp32 state and fp16 a and b, which
+    rssm converts to fp32 (the C API's gate dtypes: fp32, bf16), held to the
+    fp16 ring's tolerance plus an fp16 output's rounding (2**-11)."""
     rng = np.random.default_rng(23)
     H, HV, K, V, slots, L, B = 2, 4, 16, 8, 4, 4, 3
     dev = torch.device(device)
-    state = torch.from_numpy(rng.uniform(-0.05, 0.05, (slots, HV, V, K)).astype(np.float32)).to(torch.bfloat16)
+    tol = 2e-2 if io == torch.bfloat16 else 4e-3 + 2.0**-11
+    state = torch.from_numpy(rng.uniform(-0.05, 0.05, (slots, HV, V, K)).astype(np.float32))
+    state = state.to(torch.bfloat16 if io == torch.bfloat16 else torch.float32)
     ref = state.double().numpy()
     state = state.to(dev)
     d_cache = torch.zeros(slots, HV, L, V, dtype=torch.float16, device=dev)
@@ -215,11 +220,11 @@ def bf16_step_check(device, backend):
     dt_bias = torch.from_numpy(rng.uniform(-0.5, 0.5, HV).astype(np.float32))
     cursor = torch.zeros(slots, dtype=torch.int32, device=dev)
     for it in range(2 * L):
-        mixed = torch.from_numpy(rng.uniform(-1, 1, (B, 2 * H * K + HV * V)).astype(np.float32)).to(torch.bfloat16)
-        a = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(torch.bfloat16)  # bf16 gates
-        b = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(torch.bfloat16)
+        mixed = torch.from_numpy(rng.uniform(-1, 1, (B, 2 * H * K + HV * V)).astype(np.float32)).to(io)
+        a = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(io)  # gates in the io dtype
+        b = torch.from_numpy(rng.uniform(-3, 3, (B, HV)).astype(np.float32)).to(io)
         idx = torch.from_numpy(rng.choice(slots, B, replace=False).astype(np.int32))
-        out = torch.empty(B, HV, V, dtype=torch.bfloat16, device=dev)
+        out = torch.empty(B, HV, V, dtype=io, device=dev)
         write_pos = cursor.cpu()[idx.long()].to(dev)
         rssm.fused_recurrent_gated_delta_rule_replayssm(
             mixed.to(dev), a.to(dev), b.to(dev), A_log.to(dev), dt_bias.to(dev), None, state, d_cache, k_cache,
@@ -230,16 +235,26 @@ def bf16_step_check(device, backend):
         g, beta = raw_gates(a.float().numpy(), b.float().numpy(), A_log.numpy(), dt_bias.numpy(), False)
         for r in range(B):
             o = step(ref[int(idx[r])], q[r], k[r], m[r, 2 * H * K:].reshape(HV, V), g[r], beta[r])
-            np.testing.assert_allclose(out[r].double().cpu().numpy(), o, rtol=2e-2, atol=2e-2 * np.abs(o).max())
+            np.testing.assert_allclose(out[r].double().cpu().numpy(), o, rtol=tol, atol=tol * np.abs(o).max())
 
 
 def test_bf16_cpu():
-    bf16_step_check("cpu", None)
+    io16_step_check("cpu", None)
 
 
 @needs_cuda
 def test_bf16_cuda():
-    bf16_step_check("cuda", None)
+    io16_step_check("cuda", None)
+
+
+def test_fp16_cpu():
+    io16_step_check("cpu", None, torch.float16)
+
+
+@needs_cuda
+@pytest.mark.parametrize("backend", [n for n in rssm.backend_names() if n.startswith("cuda")] if HAVE_CUDA else [])
+def test_fp16_cuda(backend):
+    io16_step_check("cuda", backend, torch.float16)
 
 
 CUDA_BACKENDS = [n for n in rssm.backend_names() if n.startswith("cuda")] if HAVE_CUDA else []
