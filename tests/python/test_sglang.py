@@ -1,0 +1,120 @@
+"""rssm.sglang: SGLang's decode entry points, signature for signature, on
+the CPU backend against the float64 reference (rssm_reference.py): out of
+SGLang's shape [B, 1, HV, V], its defaults (no L2 norm unless asked), a
+negative slot index as padding, the caller advancing write_pos, and the
+packed decodes, which must update the state every step."""
+
+import inspect
+
+import numpy as np
+import pytest
+
+import rssm.sglang as sgl
+from rssm_reference import prepare_qk, raw_gates, step
+from test_decode import Engine
+
+
+def _reference(e, mixed_qkv, a, b, idx, l2, scale, lower_bound=None):
+    """A step in float64 on e.ref with SGLang's options; out [B, HV, V]."""
+    H, HV, K, V = e.H, e.HV, e.K, e.V
+    B = mixed_qkv.shape[0]
+    q = mixed_qkv[:, :H * K].reshape(B, H, K)
+    k = mixed_qkv[:, H * K:2 * H * K].reshape(B, H, K)
+    v = np.asarray(mixed_qkv[:, 2 * H * K:], np.float64).reshape(B, HV, V)
+    q, k = prepare_qk(q, k, l2, scale)
+    g, beta = raw_gates(a, b, e.A_log, e.dt_bias, e.kda, K, lower_bound)
+    out = np.zeros((B, HV, V))
+    for r in range(B):
+        if idx[r] >= 0:
+            out[r] = step(e.ref[idx[r]], q[r], k[r], v[r], g[r], beta[r])
+    return out
+
+
+def _check(e, got, expect):
+    tol = 1e-4
+    np.testing.assert_allclose(got, expect, rtol=tol, atol=tol * max(1.0, np.abs(expect).max()))
+
+
+def test_signatures_are_sglangs():
+    """The names, order and defaults an SGLang call site passes."""
+    p = inspect.signature(sgl.fused_recurrent_linear_replayssm_decode).parameters
+    assert list(p)[:14] == ["mixed_qkv", "a", "b", "A_log", "dt_bias", "scale", "initial_state", "d_cache",
+                            "k_cache", "g_cache", "out", "ssm_state_indices", "write_pos", "force_flush"]
+    assert p["use_qk_l2norm_in_kernel"].default is False and p["is_kda"].default is False
+    for f in (sgl.fused_recurrent_gated_delta_rule_packed_decode, sgl.fused_recurrent_kda_packed_decode):
+        p = inspect.signature(f).parameters
+        assert list(p)[:10] == ["mixed_qkv", "a", "b", "A_log", "dt_bias", "scale", "initial_state", "out",
+                                "ssm_state_indices", "use_qk_l2norm_in_kernel"]
+        assert p["use_qk_l2norm_in_kernel"].default is False
+
+
+@pytest.mark.parametrize("is_kda", [False, True])
+@pytest.mark.parametrize("l2", [False, True])
+def test_replayssm_decode_loop(is_kda, l2):
+    rng = np.random.default_rng(11 + is_kda)
+    e = Engine(rng, gate_kind="kda" if is_kda else "gdn", L=4)
+    B, scale = 4, 0.25
+    write_pos = np.zeros(B, np.int32)
+    idx = np.array([2, -1, 0, 5], np.int32)  # SGLang pads with -1
+    for t in range(3 * e.L + 1):
+        mixed_qkv, a, b = e.inputs(B)
+        if not l2:  # without the norm the kernel sees q and k as given: keep the state bounded
+            mixed_qkv[:, :2 * e.H * e.K] *= 0.2
+        force = np.array([0, 0, int(t == 5), 0], np.int32)
+        a_call = a.reshape(B, e.HV, e.K) if is_kda else a        # SGLang's KDA shapes
+        dt_bias = e.dt_bias.reshape(e.HV, e.K) if is_kda else e.dt_bias
+        out = np.full((B, 1, e.HV, e.V), 7.0, np.float32)
+        expect = _reference(e, mixed_qkv, a, b, idx, l2, scale)
+        got = sgl.fused_recurrent_linear_replayssm_decode(
+            mixed_qkv, a_call, b, e.A_log, dt_bias, scale, e.state, e.d_cache, e.k_cache, e.g_cache, out, idx,
+            write_pos, force, use_qk_l2norm_in_kernel=l2, is_kda=is_kda, nk=1)
+        assert got[0] is out and got[1] is e.state
+        _check(e, out[:, 0], expect)
+        assert np.all(out[1] == 0.0), "a padding row's output is zeroed"
+        flush = (write_pos == e.L - 1) | (force != 0)
+        write_pos = np.where(flush, 0, write_pos + 1).astype(np.int32)  # the caller advances it
+    # A forced flush of every row: the checkpoints are then the true states.
+    live = idx >= 0
+    mixed_qkv, a, b = e.inputs(B)
+    mixed_qkv[:, :2 * e.H * e.K] *= 1.0 if l2 else 0.2
+    out = np.empty((B, 1, e.HV, e.V), np.float32)
+    _reference(e, mixed_qkv, a, b, idx, l2, scale)
+    sgl.fused_recurrent_linear_replayssm_decode(
+        mixed_qkv, a.reshape(B, e.HV, e.K) if is_kda else a, b, e.A_log,
+        e.dt_bias.reshape(e.HV, e.K) if is_kda else e.dt_bias, scale, e.state, e.d_cache, e.k_cache, e.g_cache,
+        out, idx, write_pos, np.ones(B, np.int32), use_qk_l2norm_in_kernel=l2, is_kda=is_kda)
+    for s in idx[live]:
+        np.testing.assert_allclose(e.state[s], e.ref[s], rtol=1e-4, atol=1e-4 * np.abs(e.ref[s]).max())
+
+
+@pytest.mark.parametrize("kind", ["gdn", "kda", "kda-bounded"])
+def test_packed_decode_updates_the_state_every_step(kind):
+    rng = np.random.default_rng(21)
+    e = Engine(rng, gate_kind="gdn" if kind == "gdn" else "kda", L=4)
+    B, lower_bound = 3, (-5.0 if kind == "kda-bounded" else None)
+    idx = np.array([4, -1, 1], np.int32)
+    for _ in range(3):
+        mixed_qkv, a, b = e.inputs(B)
+        out = np.full((B, 1, e.HV, e.V), 7.0, np.float32)
+        expect = _reference(e, mixed_qkv, a, b, idx, True, None, lower_bound)
+        if kind == "gdn":
+            sgl.fused_recurrent_gated_delta_rule_packed_decode(
+                mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, out, idx, use_qk_l2norm_in_kernel=True)
+        else:
+            sgl.fused_recurrent_kda_packed_decode(
+                mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, out, idx, use_qk_l2norm_in_kernel=True,
+                lower_bound=lower_bound)
+        _check(e, out[:, 0], expect)
+        assert np.all(out[1] == 0.0)
+        for s in (4, 1):  # a packed decode leaves every live slot's state current
+            np.testing.assert_allclose(e.state[s], e.ref[s], rtol=1e-4, atol=1e-4 * np.abs(e.ref[s]).max())
+
+
+def test_out_of_the_wrong_shape_is_refused():
+    rng = np.random.default_rng(3)
+    e = Engine(rng, L=4)
+    mixed_qkv, a, b = e.inputs(2)
+    with pytest.raises(ValueError, match=r"out must have shape \(2, 1, 4, 8\)"):
+        sgl.fused_recurrent_linear_replayssm_decode(
+            mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache,
+            np.zeros((2, 4, 8), np.float32), np.array([0, 1], np.int32), np.zeros(2, np.int32))
