@@ -4,7 +4,8 @@
  *
  * The flow, and so the order of this header:
  *   1. rssm_model   — a plain struct describing the layers; validate it.
- *   2. rssm_backend — created by name ("cpu", "vulkan", "cuda", "auto").
+ *   2. rssm_backend — created by name ("cpu", "vulkan", "cuda", "auto"),
+ *                     on a device (rssm_backend_create_on_device).
  *   3. rssm_pool    — state memory for N sequence slots of one model.
  *   4. rssm_batch   — input/output buffers for up to B rows, all layers,
  *                     and the program recorded once for that capacity.
@@ -153,16 +154,40 @@ size_t rssm_backend_name_count(void);
 const char *rssm_backend_name_at(size_t index);
 
 /* `name` is "cpu", "vulkan", "cuda", "auto" (the first that starts, GPUs
- * first), or "backend:variant". RSSM_ERR_UNAVAILABLE when the backend was
- * not built in or finds no usable device; RSSM_ERR_INVALID_ARGUMENT for a
- * name rssm does not know. Environment: RSSM_CPU_THREADS=N sets the CPU
- * backend's threads (default: online cores; a value that is not a number
- * in 1..1024 is RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE=N picks the
- * CUDA backend's device (default: the first of compute capability 9.0 or
- * newer); RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT
- * and RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
+ * first), or "backend:variant", on the backend's default device:
+ * rssm_backend_create_on_device(name, -1, ...). RSSM_ERR_UNAVAILABLE when
+ * the backend was not built in or finds no usable device;
+ * RSSM_ERR_INVALID_ARGUMENT for a name rssm does not know. Environment:
+ * RSSM_CPU_THREADS=N sets the CPU backend's threads (default: online cores;
+ * a value that is not a number in 1..1024 is RSSM_ERR_INVALID_ARGUMENT);
+ * RSSM_CUDA_DEVICE=N is the CUDA backend's default device (else the first
+ * of compute capability 9.0 or newer), for the command-line tools and
+ * one-GPU programs; RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT and
+ * RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err);
+
+/* rssm_backend_create on device `device`, whatever the environment says:
+ * what an engine calls, each tensor-parallel rank with its own GPU (a
+ * process that sees every GPU would otherwise put every rank on the same
+ * default one). `device` is a CUDA device ordinal as the CUDA runtime
+ * numbers them in this process (cudaSetDevice's, torch's
+ * tensor.device.index), or -1 for the default of rssm_backend_create.
+ * The cuda backend and its variants take any ordinal of a device of
+ * compute capability 9.0 or newer (another is RSSM_ERR_UNAVAILABLE, one
+ * beyond the devices RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE is not
+ * read then. The cpu backend takes -1 or 0 (the host); vulkan takes -1
+ * only (Vulkan numbers its devices its own way: RSSM_VK_DEVICE). Any other
+ * value, and any below -1, is RSSM_ERR_INVALID_ARGUMENT. "auto" tries each
+ * backend in turn on `device`, passing over those that refuse it as those
+ * that cannot start. Everything created on the backend (pools, batches,
+ * layer objects) belongs to that device, and every call on them makes it
+ * current for the call and the caller's current again before returning. */
+rssm_status rssm_backend_create_on_device(const char *name, int device, rssm_backend **out, rssm_error *err);
 void rssm_backend_destroy(rssm_backend **b);
+
+/* The CUDA device ordinal the backend works on (the one chosen, for a
+ * default); -1 for a backend that is not a cuda one, and for NULL. */
+int rssm_backend_device_ordinal(const rssm_backend *b);
 
 /* The full name ("vulkan:portable") and a one-line device description. */
 const char *rssm_backend_name(const rssm_backend *b);
@@ -495,9 +520,9 @@ rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_des
 
 /* A layer object for `desc` on backend `b` (which it keeps a reference
  * to). On the cuda backend it belongs to the backend's device
- * (RSSM_CUDA_DEVICE picks it) and its launches share a few bytes of device
- * scratch: launches of one layer object must be ordered (one stream, or
- * one graph); create one per stream that runs concurrently. */
+ * (rssm_backend_create_on_device) and its launches share a few bytes of
+ * device scratch: launches of one layer object must be ordered (one
+ * stream, or one graph); create one per stream that runs concurrently. */
 rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm_layer **out, rssm_error *err);
 void rssm_layer_destroy(rssm_layer **layer);
 
