@@ -92,6 +92,29 @@ rssm_status rssm_backend_create_on_device(const char *name, int device, rssm_bac
 
 void rssm_backend_retain(rssm_backend *b) { atomic_fetch_add(&b->refs, 1u); }
 
+static rssm_place backend_place(const void *address, void *user)
+{
+    const rssm_backend *b = user;
+    return b->ops->place(b->ctx, address);
+}
+
+rssm_status rssm_backend_check_device_memory(const rssm_backend *b, rssm_seen *seen, const char *who,
+                                             const rssm_named_address *t, size_t n, rssm_error *err)
+{
+    if (!b->ops->place)
+        return RSSM_OK;
+    return rssm_device_check_addresses(seen, rssm_backend_device_ordinal(b), who, t, n, backend_place, (void *)b,
+                                       err);
+}
+
+rssm_status rssm_backend_check_host_memory(const rssm_backend *b, const char *who, const rssm_named_address *t,
+                                           size_t n, rssm_error *err)
+{
+    if (!b->ops->place)
+        return RSSM_OK;
+    return rssm_device_check_host(rssm_backend_device_ordinal(b), who, t, n, backend_place, (void *)b, err);
+}
+
 void rssm_backend_release(rssm_backend *b)
 {
     if (!b || atomic_fetch_sub(&b->refs, 1u) != 1u)

@@ -17,6 +17,7 @@
 #ifndef RSSM_BACKEND_H
 #define RSSM_BACKEND_H
 
+#include "device.h"
 #include "rssm.h"
 #include "rssm_layout.h"
 
@@ -56,6 +57,12 @@ typedef struct rssm_backend_ops {
     /* Optional (NULL: -1). The CUDA ordinal of the device the backend
      * works on (rssm_backend_device_ordinal). */
     int (*device_ordinal)(void *ctx);
+    /* Optional (NULL: the backend's memory is the host's; nothing is
+     * checked). Where `address` is, as the device API says: common code
+     * checks the caller's memory with it (the per-layer entry takes the
+     * backend's device memory, the pool and batch calls host memory;
+     * common/device.h) and says which argument is wrong. */
+    rssm_place (*place)(void *ctx, const void *address);
     /* A few lines of features for `rssm info`. */
     void (*describe)(void *ctx, char *buf, size_t size);
     rssm_status (*supports)(void *ctx, const rssm_model *m, rssm_error *err);

@@ -14,7 +14,6 @@
 
 extern "C" {
 #include "backend.h"
-#include "device.h"
 #include "error.h"
 #include "timing.h"
 }
@@ -214,6 +213,38 @@ void cuda_destroy(void *ctx)
 const char *cuda_device(void *ctx) { return static_cast<CudaCtx *>(ctx)->name; }
 
 int cuda_device_ordinal(void *ctx) { return static_cast<const CudaCtx *>(ctx)->device; }
+
+/* Where CUDA says `address` is (cudaPointerGetAttributes: nothing is
+ * enqueued, so a stream capture may be under way), for common code's checks
+ * of the caller's memory. Asked with the backend's device current, like
+ * every other call, so that a thread whose current device has no context
+ * yet (device 0 on an engine rank's thread) is not given one. */
+rssm_place cuda_place(void *ctx, const void *address)
+{
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
+    cudaPointerAttributes a;
+    rssm_place place = {RSSM_MEMORY_UNKNOWN, -1};
+    if (cudaPointerGetAttributes(&a, address) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return place;
+    }
+    switch (a.type) {
+    case cudaMemoryTypeDevice:
+        place.memory = RSSM_MEMORY_DEVICE;
+        place.device = a.device;
+        break;
+    case cudaMemoryTypeManaged:
+        place.memory = RSSM_MEMORY_MANAGED;
+        break;
+    case cudaMemoryTypeHost:
+        place.memory = RSSM_MEMORY_PINNED;
+        break;
+    default: /* cudaMemoryTypeUnregistered: memory CUDA did not allocate or register */
+        place.memory = RSSM_MEMORY_HOST;
+        break;
+    }
+    return place;
+}
 
 void cuda_describe(void *ctx, char *buf, size_t size)
 {
@@ -1015,6 +1046,7 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_destroy,
     cuda_device,
     cuda_device_ordinal,
+    cuda_place,
     cuda_describe,
     cuda_supports,
     cuda_pool_create,
