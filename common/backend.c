@@ -28,13 +28,13 @@ const char *rssm_backend_name_at(size_t index)
     return NULL;
 }
 
-static rssm_status start(const rssm_backend_ops *ops, const char *variant, rssm_backend **out,
+static rssm_status start(const rssm_backend_ops *ops, const char *variant, int device, rssm_backend **out,
                          rssm_error *err)
 {
     rssm_backend *b = calloc(1, sizeof *b);
     if (!b)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "backend: out of host memory");
-    rssm_status st = ops->create(variant, &b->ctx, err);
+    rssm_status st = ops->create(variant, device, &b->ctx, err);
     if (st != RSSM_OK) {
         free(b);
         return st;
@@ -48,20 +48,33 @@ static rssm_status start(const rssm_backend_ops *ops, const char *variant, rssm_
 
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err)
 {
+    return rssm_backend_create_on_device(name, -1, out, err);
+}
+
+rssm_status rssm_backend_create_on_device(const char *name, int device, rssm_backend **out, rssm_error *err)
+{
     if (out)
         *out = NULL; /* whatever is refused, the caller is never left a stale handle */
     if (!name || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "backend name and out must not be NULL");
+    if (device < -1)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "backend '%s': device %d: a device ordinal (>= 0), or -1 for the backend's default",
+                              name, device);
     if (strcmp(name, "auto") == 0) {
+        /* a backend that refuses the device is passed over like one that cannot start */
         for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
-            if (start(*ops, (*ops)->variants[0], out, NULL) == RSSM_OK)
+            if (start(*ops, (*ops)->variants[0], device, out, NULL) == RSSM_OK)
                 return rssm_clear_error(err);
+        if (device >= 0)
+            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "auto: no backend could be started on device %d",
+                                  device);
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "auto: no backend could be started");
     }
     for (const rssm_backend_ops *const *ops = rssm_backend_registry; *ops; ops++)
         for (const char *const *v = (*ops)->variants; *v; v++)
             if (strcmp(*v, name) == 0)
-                return start(*ops, *v, out, err);
+                return start(*ops, *v, device, out, err);
     size_t family_len = strcspn(name, ":");
     for (const char *const *f = known_families; *f; f++) {
         if (strlen(*f) == family_len && strncmp(*f, name, family_len) == 0) {
@@ -78,6 +91,29 @@ rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error
 }
 
 void rssm_backend_retain(rssm_backend *b) { atomic_fetch_add(&b->refs, 1u); }
+
+static rssm_place backend_place(const void *address, void *user)
+{
+    const rssm_backend *b = user;
+    return b->ops->place(b->ctx, address);
+}
+
+rssm_status rssm_backend_check_device_memory(const rssm_backend *b, rssm_seen *seen, const char *who,
+                                             const rssm_named_address *t, size_t n, rssm_error *err)
+{
+    if (!b->ops->place)
+        return RSSM_OK;
+    return rssm_device_check_addresses(seen, rssm_backend_device_ordinal(b), who, t, n, backend_place, (void *)b,
+                                       err);
+}
+
+rssm_status rssm_backend_check_host_memory(const rssm_backend *b, const char *who, const rssm_named_address *t,
+                                           size_t n, rssm_error *err)
+{
+    if (!b->ops->place)
+        return RSSM_OK;
+    return rssm_device_check_host(rssm_backend_device_ordinal(b), who, t, n, backend_place, (void *)b, err);
+}
 
 void rssm_backend_release(rssm_backend *b)
 {
@@ -108,6 +144,11 @@ const char *rssm_backend_kernels(const rssm_backend *b)
 const char *rssm_backend_device(const rssm_backend *b)
 {
     return b ? b->ops->device(b->ctx) : "(null)";
+}
+
+int rssm_backend_device_ordinal(const rssm_backend *b)
+{
+    return b && b->ops->device_ordinal ? b->ops->device_ordinal(b->ctx) : -1;
 }
 
 rssm_status rssm_backend_describe(const rssm_backend *b, char *buf, size_t size, rssm_error *err)

@@ -17,6 +17,7 @@
 #ifndef RSSM_BACKEND_H
 #define RSSM_BACKEND_H
 
+#include "device.h"
 #include "rssm.h"
 #include "rssm_layout.h"
 
@@ -46,11 +47,22 @@ typedef struct rssm_backend_ops {
      * A single-variant backend lists just its own name ("cpu"). */
     const char *const *variants;
 
-    /* Starts the device. RSSM_ERR_UNAVAILABLE when there is none. */
-    rssm_status (*create)(const char *variant, void **ctx, rssm_error *err);
+    /* Starts the device: `device` as rssm_backend_create_on_device says
+     * (>= -1; -1 the backend's default), each backend's rule for what it
+     * takes written in rssm.h. RSSM_ERR_UNAVAILABLE when there is none. */
+    rssm_status (*create)(const char *variant, int device, void **ctx, rssm_error *err);
     void (*destroy)(void *ctx);
     /* One line: the device name. */
     const char *(*device)(void *ctx);
+    /* Optional (NULL: -1). The CUDA ordinal of the device the backend
+     * works on (rssm_backend_device_ordinal). */
+    int (*device_ordinal)(void *ctx);
+    /* Optional (NULL: the backend's memory is the host's; nothing is
+     * checked). Where `address` is, as the device API says: common code
+     * checks the caller's memory with it (the per-layer entry takes the
+     * backend's device memory, the pool and batch calls host memory;
+     * common/device.h) and says which argument is wrong. */
+    rssm_place (*place)(void *ctx, const void *address);
     /* A few lines of features for `rssm info`. */
     void (*describe)(void *ctx, char *buf, size_t size);
     rssm_status (*supports)(void *ctx, const rssm_model *m, rssm_error *err);

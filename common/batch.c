@@ -70,8 +70,9 @@ static rssm_status batch_set_gate_params_unlocked(rssm_batch *b, uint32_t layer,
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "gate params: layer %u out of range (%u layers)", layer,
                               m->layers);
     rssm_backend *be = b->pool->backend;
-    rssm_status st = be->ops->batch_set_gate_params(be->ctx, b->dev, layer, A_log, dt_bias, err);
-    if (st != RSSM_OK)
+    const rssm_named_address host[] = {{"A_log", A_log}, {"dt_bias", dt_bias}};
+    rssm_status st = rssm_backend_check_host_memory(be, "gate params", host, sizeof host / sizeof host[0], err);
+    if (st != RSSM_OK || (st = be->ops->batch_set_gate_params(be->ctx, b->dev, layer, A_log, dt_bias, err)) != RSSM_OK)
         return st;
     b->gate_params_set[layer] = 1;
     return rssm_clear_error(err);
@@ -84,9 +85,13 @@ static rssm_status batch_upload_unlocked(rssm_batch *b, uint32_t rows, const rss
     if (rows == 0 || rows > b->max_rows)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "upload: rows = %u: must be in 1..%u", rows, b->max_rows);
     rssm_backend *be = b->pool->backend;
-    b->uploaded_rows = 0;
-    rssm_status st = be->ops->batch_upload(be->ctx, b->dev, rows, in, err);
+    const rssm_named_address host[] = {
+        {"in->q", in->q}, {"in->k", in->k}, {"in->v", in->v}, {"in->gate", in->gate}, {"in->beta", in->beta}};
+    rssm_status st = rssm_backend_check_host_memory(be, "upload", host, sizeof host / sizeof host[0], err);
     if (st != RSSM_OK)
+        return st;
+    b->uploaded_rows = 0;
+    if ((st = be->ops->batch_upload(be->ctx, b->dev, rows, in, err)) != RSSM_OK)
         return st;
     b->uploaded_rows = rows;
     return rssm_clear_error(err);
@@ -178,8 +183,9 @@ static rssm_status batch_time_steps_unlocked(rssm_batch *b, uint32_t rows, uint3
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: steps = %u: must be in 1..4096", steps);
     if (reps == 0 || reps > 1000)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "time_steps: reps = %u: must be in 1..1000", reps);
+    const rssm_named_address host[] = {{"plans", plans}};
     rssm_status st = check_runnable(b, rows, "time_steps", err);
-    if (st != RSSM_OK)
+    if (st != RSSM_OK || (st = rssm_backend_check_host_memory(b->pool->backend, "time_steps", host, 1, err)) != RSSM_OK)
         return st;
     const size_t n = (size_t)steps * rows;
     rssm_row_header *hdr = malloc(n * sizeof *hdr);
@@ -211,7 +217,10 @@ static rssm_status batch_download_unlocked(rssm_batch *b, uint32_t rows, void *o
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "download: rows = %u: the last run had %u", rows,
                               b->run_rows);
     rssm_backend *be = b->pool->backend;
-    rssm_status st = be->ops->batch_download(be->ctx, b->dev, rows, out, err);
+    const rssm_named_address host[] = {{"out", out}};
+    rssm_status st = rssm_backend_check_host_memory(be, "download", host, 1, err);
+    if (st == RSSM_OK)
+        st = be->ops->batch_download(be->ctx, b->dev, rows, out, err);
     return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 

@@ -207,6 +207,10 @@ rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm
     if (!b || !out)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer: backend and out must not be NULL");
     rssm_layer *l = calloc(1, sizeof *l);
+    if (l && b->ops->place && !(l->seen = calloc(1, sizeof *l->seen))) {
+        free(l);
+        l = NULL;
+    }
     if (!l)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "layer: out of host memory");
     rssm_status st = resolve(desc, &l->params, &l->shape, err);
@@ -215,6 +219,7 @@ rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm
     if (st == RSSM_OK)
         st = b->ops->layer_create(b->ctx, &l->params, &l->shape, &l->dev, err);
     if (st != RSSM_OK) {
+        free(l->seen);
         free(l);
         return st;
     }
@@ -232,6 +237,7 @@ void rssm_layer_destroy(rssm_layer **lp)
     rssm_layer *l = *lp;
     l->backend->ops->layer_destroy(l->backend->ctx, l->dev);
     rssm_backend_release(l->backend);
+    free(l->seen);
     free(l);
     *lp = NULL;
 }
@@ -266,18 +272,32 @@ static rssm_layer_io tensors_io(const rssm_layer *l, uint32_t rows, const rssm_l
 }
 
 /* The tensors a launch reads or writes, in the order of rssm_layer_tensors
- * and rssm_layer_buffers, by name; the optional ones (force, overflow) are
- * not listed. */
+ * and rssm_layer_buffers, by name: the T_COUNT it needs, then the optional
+ * ones (force, overflow). */
 enum { T_STATE, T_RING_D, T_RING_K, T_RING_G, T_Q, T_K, T_V, T_GATE, T_BETA, T_A_LOG, T_DT_BIAS, T_OUT,
-       T_SLOT_INDEX, T_WRITE_POS, T_COUNT };
-static const char *const tensor_names[T_COUNT] = {
+       T_SLOT_INDEX, T_WRITE_POS, T_COUNT, T_FORCE = T_COUNT, T_OVERFLOW, T_ALL };
+static const char *const tensor_names[T_ALL] = {
     "state", "ring_d", "ring_k", "ring_g", "q", "k", "v", "gate", "beta", "A_log", "dt_bias", "out",
-    "slot_index", "write_pos",
+    "slot_index", "write_pos", "force", "overflow",
 };
 
+/* Whether a call reads or writes tensor i: the rings with replay on, the
+ * gate weights with raw gates, the step arrays (force and overflow too)
+ * unless it is a materialise, which reads only the state, the rings and
+ * the rows. */
+static bool tensor_used(const rssm_kernel_params *p, int i, bool materialise)
+{
+    if (i == T_RING_D || i == T_RING_K || i == T_RING_G)
+        return p->ring_cap > 0;
+    if (i == T_A_LOG || i == T_DT_BIAS)
+        return p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED && !materialise;
+    if ((i >= T_Q && i <= T_OUT) || i >= T_COUNT)
+        return !materialise;
+    return true;
+}
+
 /* Checks a call's rows and that every tensor it needs is there
- * (present[i] for tensor i); *run is false for a call with nothing to do.
- * A materialise reads only the state, the rings and the rows. */
+ * (present[i] for tensor i); *run is false for a call with nothing to do. */
 static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool present[T_COUNT], bool materialise,
                               const char *who, bool *run, rssm_error *err)
 {
@@ -289,16 +309,8 @@ static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool pre
     /* no ring: a materialise has nothing to fold, the checkpoint is the state */
     if (rows == 0 || (materialise && p->ring_cap == 0))
         return rssm_clear_error(err);
-    const bool ring = p->ring_cap > 0, raw = p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED;
     for (int i = 0; i < T_COUNT; i++) {
-        bool needed = true;
-        if (i == T_RING_D || i == T_RING_K || i == T_RING_G)
-            needed = ring;
-        else if (i == T_A_LOG || i == T_DT_BIAS)
-            needed = raw && !materialise;
-        else if (i >= T_Q && i <= T_OUT)
-            needed = !materialise;
-        if (needed && !present[i])
+        if (tensor_used(p, i, materialise) && !present[i])
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: tensor %s must not be %s", who,
                                   tensor_names[i], l->backend->ops->layer_run ? "NULL" : "a 0 handle");
     }
@@ -306,13 +318,29 @@ static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool pre
     return rssm_clear_error(err);
 }
 
-static void tensors_present(const rssm_layer_tensors *t, bool present[T_COUNT])
+static void tensor_addresses(const rssm_layer_tensors *t, rssm_named_address a[T_ALL])
 {
-    const void *const ptr[T_COUNT] = {t->state, t->ring_d, t->ring_k, t->ring_g,  t->q,       t->k,
-                                      t->v,     t->gate,   t->beta,   t->A_log,   t->dt_bias, t->out,
-                                      t->slot_index, t->write_pos};
-    for (int i = 0; i < T_COUNT; i++)
-        present[i] = ptr[i] != NULL;
+    const void *const ptr[T_ALL] = {t->state, t->ring_d, t->ring_k, t->ring_g,  t->q,       t->k,
+                                    t->v,     t->gate,   t->beta,   t->A_log,   t->dt_bias, t->out,
+                                    t->slot_index, t->write_pos, t->force, t->overflow};
+    for (int i = 0; i < T_ALL; i++)
+        a[i] = (rssm_named_address){tensor_names[i], ptr[i]};
+}
+
+/* Every tensor a call uses on the layer's device (a backend with `place`,
+ * backend.h: cuda), each distinct address asked about once per layer
+ * object (rssm.h, rssm_layer_run). */
+static rssm_status check_memory(const rssm_layer *l, const rssm_named_address a[T_ALL], bool materialise,
+                                const char *who, rssm_error *err)
+{
+    if (!l->seen)
+        return RSSM_OK;
+    rssm_named_address used[T_ALL];
+    size_t n = 0;
+    for (int i = 0; i < T_ALL; i++)
+        if (tensor_used(&l->params, i, materialise))
+            used[n++] = a[i];
+    return rssm_backend_check_device_memory(l->backend, l->seen, who, used, n, err);
 }
 
 static void buffers_present(const rssm_layer_buffers *t, bool present[T_COUNT])
@@ -346,10 +374,17 @@ static rssm_status pointers(const rssm_layer *l, uint32_t rows, const rssm_layer
     if (!l || !t)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer and tensors must not be NULL", who);
     rssm_status st = takes(l, false, who, err);
+    rssm_named_address a[T_ALL];
+    tensor_addresses(t, a);
     bool present[T_COUNT];
-    tensors_present(t, present);
+    for (int i = 0; i < T_COUNT; i++)
+        present[i] = a[i].address != NULL;
     if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, run, err)) != RSSM_OK || !*run)
         return st;
+    if ((st = check_memory(l, a, materialise, who, err)) != RSSM_OK) {
+        *run = false;
+        return st;
+    }
     *io = tensors_io(l, rows, t);
     return RSSM_OK;
 }
@@ -439,6 +474,9 @@ rssm_status rssm_layer_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, cons
     st = pointers(l, rows, t, false, who, &run, &io, err);
     if (st != RSSM_OK || !run)
         return st;
+    const rssm_named_address d = {"drafts", drafts};
+    if (l->seen && (st = rssm_backend_check_device_memory(b, l->seen, who, &d, 1, err)) != RSSM_OK)
+        return st;
     return b->ops->layer_verify(b->ctx, l->dev, &io, t_max, drafts, stream, err);
 }
 
@@ -479,6 +517,11 @@ rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot
     if (st != RSSM_OK)
         return st;
     rssm_backend *b = l->backend;
+    const rssm_named_address a[] = {
+        {"slot_index", slot_index}, {"write_pos", write_pos}, {"force", force}, {"cursor", cursor}};
+    if (l->seen && (st = rssm_backend_check_device_memory(b, l->seen, "layer advance", a, sizeof a / sizeof a[0],
+                                                          err)) != RSSM_OK)
+        return st;
     return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
 }
 

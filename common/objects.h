@@ -82,6 +82,9 @@ struct rssm_layer {
     rssm_layer_desc desc;
     rssm_kernel_params params;  /* one layer; max_rows the layer's */
     rssm_layer_io shape;        /* the strides; pointers NULL */
+    /* The addresses found on the backend's device so far, each asked about
+     * once (device.h); NULL on a backend without `place` (backend.h). */
+    rssm_seen *seen;
     void *dev;
 };
 
@@ -107,6 +110,16 @@ void rssm_backend_retain(rssm_backend *b);
 void rssm_backend_release(rssm_backend *b);
 void rssm_pool_retain(struct rssm_pool *p);
 void rssm_pool_release(struct rssm_pool *p);
+
+/* The caller's memory against what backend `b` takes (backend.h, place),
+ * each error naming the argument and `who` the call: memory of the
+ * backend's device (or managed memory) for the per-layer entry, asking
+ * only about addresses not in `seen`; host memory for the pool and batch
+ * calls. RSSM_OK on a backend without `place`. */
+rssm_status rssm_backend_check_device_memory(const rssm_backend *b, rssm_seen *seen, const char *who,
+                                             const rssm_named_address *t, size_t n, rssm_error *err);
+rssm_status rssm_backend_check_host_memory(const rssm_backend *b, const char *who, const rssm_named_address *t,
+                                           size_t n, rssm_error *err);
 
 /* Threads: every public call on a pool, or on a batch of it, runs under
  * the pool's lock, so distinct threads may use one pool (distinct slots or

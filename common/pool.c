@@ -237,7 +237,9 @@ static rssm_status pool_read_state_unlocked(rssm_pool *p, uint32_t slot, float *
     if (!state)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "read_state: state must not be NULL");
     rssm_status st = rssm_pool_check_slot(p, slot, err);
-    if (st != RSSM_OK || (st = rssm_pool_slot_read(p, slot, p->scratch, err)) != RSSM_OK)
+    const rssm_named_address host[] = {{"state", state}};
+    if (st != RSSM_OK || (st = rssm_backend_check_host_memory(p->backend, "read_state", host, 1, err)) != RSSM_OK ||
+        (st = rssm_pool_slot_read(p, slot, p->scratch, err)) != RSSM_OK)
         return st;
     rssm_slot_fold(&p->model, &p->layout, p->scratch, p->write_pos[slot], state);
     return rssm_clear_error(err);
@@ -248,7 +250,8 @@ static rssm_status pool_write_state_unlocked(rssm_pool *p, uint32_t slot, const 
     if (!state)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "write_state: state must not be NULL");
     rssm_status st = rssm_pool_check_slot(p, slot, err);
-    if (st != RSSM_OK)
+    const rssm_named_address host[] = {{"state", state}};
+    if (st != RSSM_OK || (st = rssm_backend_check_host_memory(p->backend, "write_state", host, 1, err)) != RSSM_OK)
         return st;
     /* As import refuses non-finite bytes: a state is set once per prefill,
      * so scanning it costs nothing next to what produced it. */

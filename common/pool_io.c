@@ -69,7 +69,8 @@ static rssm_status pool_export_unlocked(rssm_pool *p, uint32_t slot, void *bytes
     if (!bytes)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "export: bytes must not be NULL");
     rssm_status st = rssm_pool_check_slot(p, slot, err);
-    if (st != RSSM_OK)
+    const rssm_named_address host[] = {{"bytes", bytes}};
+    if (st != RSSM_OK || (st = rssm_backend_check_host_memory(p->backend, "export", host, 1, err)) != RSSM_OK)
         return st;
     if (size < rssm_pool_export_size(p))
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "export: buffer of %zu bytes, %zu needed", size,
@@ -96,7 +97,8 @@ static rssm_status pool_import_unlocked(rssm_pool *p, uint32_t slot, const void 
     if (!bytes)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "import: bytes must not be NULL");
     rssm_status st = rssm_pool_check_slot(p, slot, err);
-    if (st != RSSM_OK)
+    const rssm_named_address host[] = {{"bytes", bytes}};
+    if (st != RSSM_OK || (st = rssm_backend_check_host_memory(p->backend, "import", host, 1, err)) != RSSM_OK)
         return st;
     export_header h, want;
     if (size < sizeof h)

@@ -39,8 +39,11 @@ static rssm_status pool_plan_unlocked(rssm_pool *p, uint32_t rows, const uint32_
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: pool, slots, seq_len_after and plan must not be NULL");
     if (rows == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "plan: rows must be > 0");
+    const rssm_named_address host[] = {{"slots", slots}, {"seq_len_after", seq_len_after}, {"plan", plan}};
+    rssm_status st = rssm_backend_check_host_memory(p->backend, "plan", host, sizeof host / sizeof host[0], err);
+    if (st != RSSM_OK)
+        return st;
     const uint32_t L = rssm_effective_ring_len(&p->model), mark = rssm_pool_marks_begin(p);
-    rssm_status st = RSSM_OK;
     for (uint32_t r = 0; r < rows && st == RSSM_OK; r++) {
         const uint32_t s = slots[r];
         if ((st = rssm_pool_check_row_slot(p, mark, s, 0, "plan", err)) != RSSM_OK)
@@ -111,8 +114,9 @@ static rssm_status pool_commit_unlocked(rssm_pool *p, uint32_t rows, const rssm_
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "commit: rows must be > 0");
     /* Check every row before changing anything, so a bad plan leaves the
      * pool as it was. */
-    rssm_status st = rssm_plan_check(p, rows, plan, 1, "commit", err);
-    if (st != RSSM_OK)
+    const rssm_named_address host[] = {{"plan", plan}};
+    rssm_status st = rssm_backend_check_host_memory(p->backend, "commit", host, 1, err);
+    if (st != RSSM_OK || (st = rssm_plan_check(p, rows, plan, 1, "commit", err)) != RSSM_OK)
         return st;
     advance(p, rows, plan);
     return rssm_clear_error(err);

@@ -39,6 +39,12 @@ static rssm_status check_verify(rssm_batch *b, uint32_t rows, const uint32_t *sl
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
                               "verify: batch, slots, drafts, out and every input array must be given");
     rssm_pool *p = b->pool;
+    const rssm_named_address host[] = {{"slots", slots},   {"drafts", drafts},     {"in->q", in->q},
+                                       {"in->k", in->k},   {"in->v", in->v},       {"in->gate", in->gate},
+                                       {"in->beta", in->beta}, {"out", out}};
+    rssm_status st = rssm_backend_check_host_memory(p->backend, "verify", host, sizeof host / sizeof host[0], err);
+    if (st != RSSM_OK)
+        return st;
     const uint32_t cap = p->layout.ring_cap;
     if (cap == 0)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED,
@@ -46,7 +52,7 @@ static rssm_status check_verify(rssm_batch *b, uint32_t rows, const uint32_t *sl
     if (rows == 0 || rows > b->max_rows)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "verify: rows = %u: must be in 1..%u", rows,
                               b->max_rows);
-    rssm_status st = rssm_batch_check_gate_params(b, "verify", err);
+    st = rssm_batch_check_gate_params(b, "verify", err);
     if (st != RSSM_OK)
         return st;
     const uint32_t most = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, mark = rssm_pool_marks_begin(p);
@@ -338,6 +344,10 @@ static rssm_status accept_unlocked(rssm_pool *p, uint32_t rows, const uint32_t *
                               "accept: pool, slots, accepted and seq_len_after must not be NULL");
     if (rows == 0)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "accept: rows must be > 0");
+    const rssm_named_address host[] = {{"slots", slots}, {"accepted", accepted}, {"seq_len_after", seq_len_after}};
+    rssm_status checked = rssm_backend_check_host_memory(p->backend, "accept", host, sizeof host / sizeof host[0], err);
+    if (checked != RSSM_OK)
+        return checked;
     const uint32_t mark = rssm_pool_marks_begin(p);
     int folds = 0;
     for (uint32_t r = 0; r < rows; r++) {

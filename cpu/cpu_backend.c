@@ -144,10 +144,14 @@ static void read_cpu_name(char *buf, size_t size)
     fclose(f);
 }
 
-static rssm_status cpu_create(const char *variant, void **out, rssm_error *err)
+static rssm_status cpu_create(const char *variant, int device, void **out, rssm_error *err)
 {
     if (variant && strcmp(variant, "cpu") != 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cpu backend has no variant '%s'", variant);
+    /* The host is the cpu backend's one device (rssm_backend_create_on_device). */
+    if (device > 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "cpu: device %d: the cpu backend runs on the host, device 0 (or -1)", device);
     cpu_ctx *c = calloc(1, sizeof *c);
     if (!c)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cpu backend: out of host memory");

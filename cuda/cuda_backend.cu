@@ -78,8 +78,9 @@ struct CudaBatch {
 
 /* Makes the context's device current for the rest of a scope, and the
  * caller's current again after it: the backend works on its own device
- * (RSSM_CUDA_DEVICE) whatever the calling thread selected, and leaves the
- * selection as it found it (an engine's thread, torch's, keeps its own). */
+ * (rssm_backend_create_on_device) whatever the calling thread selected, and
+ * leaves the selection as it found it (an engine's thread, torch's, keeps
+ * its own). Every entry of the table below that calls CUDA holds one. */
 struct DeviceGuard {
     int prev = -1;
     bool switched = false;
@@ -147,7 +148,10 @@ const char *kernel_refusal(int kernel, const rssm_kernel_params *p, size_t smem_
     return NULL;
 }
 
-rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
+/* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer. */
+const char kNeed[] = "of compute capability 9.0 or newer (the kernels are built for Hopper, sm_90)";
+
+rssm_status cuda_create(const char *variant, int device, void **out, rssm_error *err)
 {
     const int kernel = variant_kernel(variant);
     if (kernel < -1)
@@ -159,34 +163,23 @@ rssm_status cuda_create(const char *variant, void **out, rssm_error *err)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cuda: no usable CUDA device (%s)",
                               e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
     }
-    /* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer.
-     * RSSM_CUDA_DEVICE=N takes device N (a tensor-parallel rank's own GPU),
-     * else the first that qualifies. */
+    /* The device asked for (a tensor-parallel rank's own GPU), else
+     * RSSM_CUDA_DEVICE, else the first that qualifies: device.h's rule. */
+    bool *capable = static_cast<bool *>(calloc((size_t)count, sizeof *capable));
+    if (!capable)
+        return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: out of host memory");
+    for (int i = 0; i < count; ++i) {
+        int major = 0;
+        capable[i] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess && major >= 9;
+    }
+    (void)cudaGetLastError();
     int best = -1;
-    cudaDeviceProp prop;
-    const char *want = getenv("RSSM_CUDA_DEVICE");
-    if (want && *want) {
-        char *end = NULL;
-        const long n = strtol(want, &end, 10);
-        if (*end != '\0' || want[0] < '0' || want[0] > '9' || n >= count)
-            return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                                  "cuda: RSSM_CUDA_DEVICE=%s: must be a device ordinal in 0..%d", want, count - 1);
-        if (cudaGetDeviceProperties(&prop, (int)n) != cudaSuccess || prop.major < 9)
-            return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
-                                  "cuda: RSSM_CUDA_DEVICE=%s is not of compute capability 9.0 or newer "
-                                  "(the kernels are built for Hopper, sm_90)", want);
-        best = (int)n;
-    }
-    for (int i = 0; best < 0 && i < count; ++i) {
-        if (cudaGetDeviceProperties(&prop, i) == cudaSuccess && prop.major >= 9) {
-            best = i;
-            break;
-        }
-    }
-    if (best < 0)
-        return rssm_set_error(err, RSSM_ERR_UNAVAILABLE,
-                              "cuda: %d device(s), none of compute capability 9.0 or newer "
-                              "(the kernels are built for Hopper, sm_90)", count);
+    const rssm_status chosen =
+        rssm_device_choose("cuda", device, "RSSM_CUDA_DEVICE", getenv("RSSM_CUDA_DEVICE"), count, capable, kNeed, &best,
+                           err);
+    free(capable);
+    if (chosen != RSSM_OK)
+        return chosen;
     CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
     if (!c)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: cannot allocate the context");
@@ -218,6 +211,40 @@ void cuda_destroy(void *ctx)
 }
 
 const char *cuda_device(void *ctx) { return static_cast<CudaCtx *>(ctx)->name; }
+
+int cuda_device_ordinal(void *ctx) { return static_cast<const CudaCtx *>(ctx)->device; }
+
+/* Where CUDA says `address` is (cudaPointerGetAttributes: nothing is
+ * enqueued, so a stream capture may be under way), for common code's checks
+ * of the caller's memory. Asked with the backend's device current, like
+ * every other call, so that a thread whose current device has no context
+ * yet (device 0 on an engine rank's thread) is not given one. */
+rssm_place cuda_place(void *ctx, const void *address)
+{
+    const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
+    cudaPointerAttributes a;
+    rssm_place place = {RSSM_MEMORY_UNKNOWN, -1};
+    if (cudaPointerGetAttributes(&a, address) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return place;
+    }
+    switch (a.type) {
+    case cudaMemoryTypeDevice:
+        place.memory = RSSM_MEMORY_DEVICE;
+        place.device = a.device;
+        break;
+    case cudaMemoryTypeManaged:
+        place.memory = RSSM_MEMORY_MANAGED;
+        break;
+    case cudaMemoryTypeHost:
+        place.memory = RSSM_MEMORY_PINNED;
+        break;
+    default: /* cudaMemoryTypeUnregistered: memory CUDA did not allocate or register */
+        place.memory = RSSM_MEMORY_HOST;
+        break;
+    }
+    return place;
+}
 
 void cuda_describe(void *ctx, char *buf, size_t size)
 {
@@ -1018,6 +1045,8 @@ extern "C" const rssm_backend_ops rssm_cuda_backend_ops = {
     cuda_create,
     cuda_destroy,
     cuda_device,
+    cuda_device_ordinal,
+    cuda_place,
     cuda_describe,
     cuda_supports,
     cuda_pool_create,

@@ -4,7 +4,8 @@
  *
  * The flow, and so the order of this header:
  *   1. rssm_model   — a plain struct describing the layers; validate it.
- *   2. rssm_backend — created by name ("cpu", "vulkan", "cuda", "auto").
+ *   2. rssm_backend — created by name ("cpu", "vulkan", "cuda", "auto"),
+ *                     on a device (rssm_backend_create_on_device).
  *   3. rssm_pool    — state memory for N sequence slots of one model.
  *   4. rssm_batch   — input/output buffers for up to B rows, all layers,
  *                     and the program recorded once for that capacity.
@@ -153,16 +154,40 @@ size_t rssm_backend_name_count(void);
 const char *rssm_backend_name_at(size_t index);
 
 /* `name` is "cpu", "vulkan", "cuda", "auto" (the first that starts, GPUs
- * first), or "backend:variant". RSSM_ERR_UNAVAILABLE when the backend was
- * not built in or finds no usable device; RSSM_ERR_INVALID_ARGUMENT for a
- * name rssm does not know. Environment: RSSM_CPU_THREADS=N sets the CPU
- * backend's threads (default: online cores; a value that is not a number
- * in 1..1024 is RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE=N picks the
- * CUDA backend's device (default: the first of compute capability 9.0 or
- * newer); RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT
- * and RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
+ * first), or "backend:variant", on the backend's default device:
+ * rssm_backend_create_on_device(name, -1, ...). RSSM_ERR_UNAVAILABLE when
+ * the backend was not built in or finds no usable device;
+ * RSSM_ERR_INVALID_ARGUMENT for a name rssm does not know. Environment:
+ * RSSM_CPU_THREADS=N sets the CPU backend's threads (default: online cores;
+ * a value that is not a number in 1..1024 is RSSM_ERR_INVALID_ARGUMENT);
+ * RSSM_CUDA_DEVICE=N is the CUDA backend's default device (else the first
+ * of compute capability 9.0 or newer), for the command-line tools and
+ * one-GPU programs; RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT and
+ * RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err);
+
+/* rssm_backend_create on device `device`, whatever the environment says:
+ * what an engine calls, each tensor-parallel rank with its own GPU (a
+ * process that sees every GPU would otherwise put every rank on the same
+ * default one). `device` is a CUDA device ordinal as the CUDA runtime
+ * numbers them in this process (cudaSetDevice's, torch's
+ * tensor.device.index), or -1 for the default of rssm_backend_create.
+ * The cuda backend and its variants take any ordinal of a device of
+ * compute capability 9.0 or newer (another is RSSM_ERR_UNAVAILABLE, one
+ * beyond the devices RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE is not
+ * read then. The cpu backend takes -1 or 0 (the host); vulkan takes -1
+ * only (Vulkan numbers its devices its own way: RSSM_VK_DEVICE). Any other
+ * value, and any below -1, is RSSM_ERR_INVALID_ARGUMENT. "auto" tries each
+ * backend in turn on `device`, passing over those that refuse it as those
+ * that cannot start. Everything created on the backend (pools, batches,
+ * layer objects) belongs to that device, and every call on them makes it
+ * current for the call and the caller's current again before returning. */
+rssm_status rssm_backend_create_on_device(const char *name, int device, rssm_backend **out, rssm_error *err);
 void rssm_backend_destroy(rssm_backend **b);
+
+/* The CUDA device ordinal the backend works on (the one chosen, for a
+ * default); -1 for a backend that is not a cuda one, and for NULL. */
+int rssm_backend_device_ordinal(const rssm_backend *b);
 
 /* The full name ("vulkan:portable") and a one-line device description. */
 const char *rssm_backend_name(const rssm_backend *b);
@@ -228,7 +253,12 @@ typedef enum rssm_flush_policy {
 /* Device memory for `slots` sequence slots of `model` on backend `b`.
  * The pool keeps a reference to `b`, and a batch one to its pool: handles
  * may be destroyed in any order, and a backend's device (or a pool's
- * memory) is released when the last pool (or batch) using it is gone. */
+ * memory) is released when the last pool (or batch) using it is gone.
+ * The pool and batch calls take every array in host memory and copy to
+ * and from the device themselves; on the cuda backend an array in device
+ * memory is RSSM_ERR_INVALID_ARGUMENT naming it and its device, before
+ * anything changes (CUDA is asked about each array at each call: these
+ * calls wait for the device anyway). */
 rssm_status rssm_pool_create(rssm_backend *b, const rssm_model *model, uint32_t slots,
                              rssm_flush_policy policy, rssm_pool **out, rssm_error *err);
 void rssm_pool_destroy(rssm_pool **p);
@@ -496,21 +526,36 @@ rssm_status rssm_layer_can_implement(const rssm_backend *b, const rssm_layer_des
 
 /* A layer object for `desc` on backend `b` (which it keeps a reference
  * to). On the cuda backend it belongs to the backend's device
- * (RSSM_CUDA_DEVICE picks it) and its launches share a few bytes of device
- * scratch: launches of one layer object must be ordered (one stream, or
- * one graph); create one per stream that runs concurrently. */
+ * (rssm_backend_create_on_device) and its launches share a few bytes of
+ * device scratch: launches of one layer object must be ordered (one
+ * stream, or one graph); create one per stream that runs concurrently.
+ * Calls on one layer object must not overlap in time (the cpu backend's
+ * row checks and the cuda backend's record of checked addresses are the
+ * object's own); distinct layer objects may be used from distinct threads. */
 rssm_status rssm_layer_create(rssm_backend *b, const rssm_layer_desc *desc, rssm_layer **out, rssm_error *err);
 void rssm_layer_destroy(rssm_layer **layer);
 
 /* One layer of one decode step over `rows` rows (0..max_rows), enqueued on
- * `stream` (cuda: a cudaStream_t, NULL for the legacy default stream; the
- * backend's device is made current for the call and the caller's restored).
- * Checks the arguments on the host (NULL pointers, rows) and nothing that
- * is in device memory: the kernels skip rows whose slot index is out of
- * range and clamp write_pos into the ring. The cpu backend runs the layer
- * before returning, on host pointers, and refuses (RSSM_ERR_INVALID_ARGUMENT)
- * a write_pos out of range or a slot named twice. RSSM_ERR_UNSUPPORTED on
- * a backend that takes buffers (vulkan: rssm_layer_record). */
+ * `stream` (cuda: a cudaStream_t of the layer's device, NULL for the legacy
+ * default stream; the backend's device is made current for the call and
+ * the caller's restored). Checks the arguments on the host (NULL pointers,
+ * rows, alignment, where each tensor lives) and nothing that is in device
+ * memory: the kernels skip rows whose slot index is out of range and clamp
+ * write_pos into the ring.
+ * On cuda every tensor must be device memory of the layer's device, or
+ * managed memory: one in host memory (pinned or not) or on another device
+ * is RSSM_ERR_INVALID_ARGUMENT, naming the tensor and both places, before
+ * anything is launched. CUDA is asked where an address lives
+ * (cudaPointerGetAttributes) the first time the layer object meets it; the
+ * object remembers the addresses that passed (several hundred: an engine's
+ * model a few times over; past that it forgets them all and asks again),
+ * so a call whose addresses it has met costs a lookup per tensor and no
+ * call into CUDA. Memory freed and allocated again at a remembered address
+ * on another device is not noticed.
+ * The cpu backend runs the layer before returning, on host pointers, and
+ * refuses (RSSM_ERR_INVALID_ARGUMENT) a write_pos out of range or a slot
+ * named twice. RSSM_ERR_UNSUPPORTED on a backend that takes buffers
+ * (vulkan: rssm_layer_record). */
 rssm_status rssm_layer_run(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                            rssm_error *err);
 
@@ -523,7 +568,8 @@ rssm_status rssm_layer_run(rssm_layer *layer, uint32_t rows, const rssm_layer_te
  * engine does before it snapshots a slot or copies it to another
  * (copy-on-write of a cached prefix: materialise the source, copy its
  * state rows to the destination's, start the destination's cursor at 0),
- * without a round trip through the host. Rows must name distinct slots. */
+ * without a round trip through the host. Rows must name distinct slots.
+ * Tensors are checked as rssm_layer_run checks them. */
 rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_layer_tensors *t, void *stream,
                                    rssm_error *err);
 
@@ -536,7 +582,8 @@ rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_
  * distinct slots: the cpu backend refuses a slot named twice, and a
  * write_pos outside the ring, before any cursor moves
  * (RSSM_ERR_INVALID_ARGUMENT); a GPU backend reads the rows in device
- * memory and does not check them. */
+ * memory and does not check them. The arrays are checked for their device
+ * as rssm_layer_run checks tensors. */
 rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *slot_index,
                                const int32_t *write_pos, const int32_t *force, int32_t *cursor, void *stream,
                                rssm_error *err);
@@ -561,8 +608,9 @@ rssm_status rssm_layer_advance(rssm_layer *layer, uint32_t rows, const int32_t *
  * rssm_layer_run, force set for it). Outputs of a padding row's tokens are
  * zeroed; those of tokens past a row's drafts[r] are left as they were.
  * drafts lives where slot_index does (host memory on cpu, device memory on
- * cuda). RSSM_ERR_UNSUPPORTED on a backend without a per-layer window (the
- * engine then runs T calls of rssm_layer_run, docs/engines.md). */
+ * cuda, checked as rssm_layer_run checks tensors). RSSM_ERR_UNSUPPORTED on
+ * a backend without a per-layer window (the engine then runs T calls of
+ * rssm_layer_run, docs/engines.md). */
 rssm_status rssm_layer_verify(rssm_layer *layer, uint32_t rows, uint32_t t_max, const uint32_t *drafts,
                               const rssm_layer_tensors *t, void *stream, rssm_error *err);
 

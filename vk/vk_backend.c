@@ -6,8 +6,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static rssm_status vk_create(const char *variant, void **ctx, rssm_error *err)
+static rssm_status vk_create(const char *variant, int device, void **ctx, rssm_error *err)
 {
+    /* Vulkan numbers its devices its own way, not as CUDA does
+     * (rssm_backend_create_on_device): RSSM_VK_DEVICE picks one. */
+    if (device >= 0)
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
+                              "%s: device %d: the vulkan backend takes -1 (RSSM_VK_DEVICE picks its device, "
+                              "vk/README.md)", variant, device);
     return vk_ctx_create(variant, (vk_ctx **)ctx, err);
 }
 

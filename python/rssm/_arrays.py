@@ -53,7 +53,7 @@ class ArrayInfo(NamedTuple):
     strides: tuple
     dtype: str
     device: str                 # "cpu" or "cuda"
-    device_index: int | None = None
+    device_index: int | None = None  # the CUDA ordinal, where the array says (None: it does not, or "cpu")
     stream: int | None = None   # __cuda_array_interface__'s "stream", if given
     kind: str = "array"         # "torch", "cuda_array_interface", "array_interface", "dlpack"
     obj: Any = None
@@ -207,6 +207,19 @@ def _strides_in_elements(byte_strides, shape, itemsize: int, name: str) -> tuple
     return strides
 
 
+def _device_index(x: Any) -> int | None:
+    """The CUDA device an array object says it is on: a torch-like
+    `.device.index`, or CuPy's `.device.id`; None where it does not say
+    (__cuda_array_interface__ itself does not), and librssm then asks CUDA
+    where the memory is (rssm.h, rssm_layer_run)."""
+    dev = getattr(x, "device", None)
+    for attr in ("index", "id"):
+        i = getattr(dev, attr, None)
+        if type(i) is int:
+            return i
+    return None
+
+
 def _from_interface(iface: dict, x: Any, name: str, device: str, kind: str) -> ArrayInfo:
     shape = tuple(map(int, iface["shape"]))
     dtype = _dtype_from_interface(iface, x, name)
@@ -216,7 +229,8 @@ def _from_interface(iface: dict, x: Any, name: str, device: str, kind: str) -> A
     ptr = int(data[0] or 0)
     strides = _strides_in_elements(iface.get("strides"), shape, ITEMSIZE[dtype], name)
     stream = iface.get("stream") if device == "cuda" else None
-    return ArrayInfo(name, ptr, shape, strides, dtype, device, None, stream, kind, x, bool(data[1]))
+    index = _device_index(x) if device == "cuda" else None
+    return ArrayInfo(name, ptr, shape, strides, dtype, device, index, stream, kind, x, bool(data[1]))
 
 
 # ------------------------------------------------------------------ DLPack

@@ -131,6 +131,8 @@ _PROTOTYPES = {
     "rssm_backend_name_count": (c_size_t, []),
     "rssm_backend_name_at": (c_char_p, [c_size_t]),
     "rssm_backend_create": (c_int, [c_char_p, POINTER(c_void_p), POINTER(RssmError)]),
+    "rssm_backend_create_on_device": (c_int, [c_char_p, c_int, POINTER(c_void_p), POINTER(RssmError)]),
+    "rssm_backend_device_ordinal": (c_int, [c_void_p]),
     "rssm_backend_destroy": (None, [POINTER(c_void_p)]),
     "rssm_backend_name": (c_char_p, [c_void_p]),
     "rssm_backend_device": (c_char_p, [c_void_p]),

@@ -4,8 +4,9 @@ array into a Python error naming it, before any address reaches C.
 
 A Layer is created once for a LayerDesc (shape, gates, ring, dtypes,
 strides) and then runs any number of steps on arrays of that description.
-`layer_for` keeps one per (backend, description), so code that calls
-the per-step entry points pays for the C object once.
+`layer_for` keeps one per (backend, device, description), so code that
+calls the per-step entry points pays for the C object once; the device of
+a CUDA call is its arrays' (one_device).
 """
 
 from __future__ import annotations
@@ -34,20 +35,39 @@ _STRIDE_FIELDS = (
 
 # ---------------------------------------------------------------- backend
 
-class Backend:
-    """An rssm_backend ("cpu", "cuda", "cuda:bulk", ...). Use backend(name),
-    which keeps one per name for the process."""
+def _need_device(device) -> None:
+    if device is not None and (type(device) is not int or device < 0):
+        raise ValueError(f"device = {device!r}: expected a CUDA device ordinal (an int >= 0), or None for the "
+                         "backend's default")
 
-    def __init__(self, name: str):
+
+class Backend:
+    """An rssm_backend ("cpu", "cuda", "cuda:bulk", ...) on a device: a CUDA
+    ordinal (rssm_backend_create_on_device; the cpu backend takes 0, the
+    host), or None for the backend's default (rssm_backend_create: for
+    cuda, $RSSM_CUDA_DEVICE or the first Hopper GPU). Use backend(name,
+    device), which keeps one per (name, device) for the process.
+    `device_index` is the CUDA ordinal it works on (None: not a cuda one)."""
+
+    def __init__(self, name: str, device: int | None = None):
+        _need_device(device)
         L = _lib.lib()
         err = _lib.RssmError()
         h = ctypes.c_void_p()
-        _lib.check(f"rssm_backend_create({name!r})", L.rssm_backend_create(name.encode(), ctypes.byref(h), err), err)
+        if device is None:
+            _lib.check(f"rssm_backend_create({name!r})", L.rssm_backend_create(name.encode(), ctypes.byref(h), err),
+                       err)
+        else:
+            _lib.check(f"rssm_backend_create_on_device({name!r}, {device})",
+                       L.rssm_backend_create_on_device(name.encode(), device, ctypes.byref(h), err), err)
         self._h = h
         self.requested = name
+        self.requested_device = device
         self.name = L.rssm_backend_name(h).decode()
         self.device = L.rssm_backend_device(h).decode()
         self.kernels = L.rssm_backend_kernels(h).decode()
+        ordinal = L.rssm_backend_device_ordinal(h)
+        self.device_index = ordinal if ordinal >= 0 else None
 
     @property
     def memory(self) -> str | None:
@@ -77,22 +97,25 @@ class Backend:
             _lib.lib().rssm_backend_destroy(ctypes.byref(self._h))
 
     def __repr__(self) -> str:
-        return f"rssm.Backend({self.name!r} on {self.device!r})"
+        where = "" if self.device_index is None else f", device {self.device_index}"
+        return f"rssm.Backend({self.name!r} on {self.device!r}{where})"
 
 
 _lock = threading.Lock()
-_backends: dict[str, Backend] = {}
+_backends: dict[tuple, Backend] = {}
 _layers: dict[tuple, "Layer"] = {}
 
 
-def backend(name: str | Backend = "cpu") -> Backend:
-    """The process's Backend for `name`, created on first use."""
+def backend(name: str | Backend = "cpu", device: int | None = None) -> Backend:
+    """The process's Backend for `name` on `device` (a CUDA ordinal, None
+    for the backend's default), created on first use. A Backend passed as
+    `name` is returned as it is."""
     if isinstance(name, Backend):
         return name
     with _lock:
-        b = _backends.get(name)
+        b = _backends.get((name, device))
         if b is None:
-            b = _backends[name] = Backend(name)
+            b = _backends[(name, device)] = Backend(name, device)
         return b
 
 
@@ -206,10 +229,10 @@ class LayerDesc:
         return dataclasses.replace(self, **changes)
 
 
-def can_implement(desc: LayerDesc, backend_name: str | Backend = "cpu") -> None:
+def can_implement(desc: LayerDesc, backend_name: str | Backend = "cpu", device: int | None = None) -> None:
     """Raises rssm.Error with the reason when the backend cannot run layers
     of this description (rssm_layer_can_implement); returns None when it can."""
-    b = backend(backend_name)
+    b = backend(backend_name, device)
     err = _lib.RssmError()
     c = desc.to_c()
     _lib.check("rssm_layer_can_implement", _lib.lib().rssm_layer_can_implement(b._h, ctypes.byref(c), err), err)
@@ -330,14 +353,15 @@ def _stream(stream: Any, arrays, memory: str | None):
 
 
 def _keep_on_stream(converted, stream) -> None:
-    """A tensor converted here lives on torch's current stream; when the
-    launch goes on another stream, tell torch's allocator, so that the
-    memory is not reused before the launch has read it."""
+    """A tensor converted here lives on torch's current stream of its
+    device; when the launch goes on another stream, tell torch's allocator,
+    so that the memory is not reused before the launch has read it."""
     import torch
-    current = torch.cuda.current_stream().cuda_stream or None
+    index = converted[0].device_index
+    current = torch.cuda.current_stream(index).cuda_stream or None
     if stream == current:
         return
-    s = torch.cuda.default_stream() if stream is None else torch.cuda.ExternalStream(stream)
+    s = torch.cuda.default_stream(index) if stream is None else torch.cuda.ExternalStream(stream, device=index)
     for a in converted:
         a.obj.record_stream(s)
 
@@ -347,12 +371,44 @@ def _keep_converted(converted, stream) -> None:
         _keep_on_stream(converted, stream)
 
 
-def _check_where(backend_name: str, memory: str | None, arrays) -> None:
+def _check_where(backend_name: str, memory: str | None, arrays, device: int | None = None) -> None:
+    """Every array in the memory the backend takes ("cpu", "cuda"; None:
+    the package cannot tell) and, for CUDA arrays that say their device,
+    on the backend's `device` (None: not known here; librssm checks each
+    address itself, rssm.h)."""
     if memory is None:
         return
     for a in arrays:
-        if a is not None and a.device != memory:
+        if a is None:
+            continue
+        if a.device != memory:
             raise ValueError(f"{a.name} is in {a.device} memory, but backend {backend_name!r} takes {memory} arrays")
+        if device is not None and a.device_index is not None and a.device_index != device:
+            raise ValueError(f"{a.name} is on CUDA device {a.device_index}, but backend {backend_name!r} works on "
+                             f"device {device}")
+
+
+def device_for(backend_name: str | Backend, arrays) -> int | None:
+    """The device to ask for a call's backend: the arrays' own (one_device)
+    for a cuda backend named, None (the default) for others."""
+    device = one_device(arrays)
+    return device if isinstance(backend_name, str) and backend_name.startswith("cuda") else None
+
+
+def one_device(arrays) -> int | None:
+    """The CUDA device of the arrays of one call (the first that says its
+    own; None if none does): the device whose backend runs the call.
+    ValueError naming two of them on different devices."""
+    first = None
+    for a in arrays:
+        if a is None or a.device_index is None:
+            continue
+        if first is None:
+            first = a
+        elif a.device_index != first.device_index:
+            raise ValueError(f"{first.name} is on CUDA device {first.device_index} but {a.name} on device "
+                             f"{a.device_index}: the arrays of one call must be on one device")
+    return None if first is None else first.device_index
 
 
 def _check_stride(desc: LayerDesc, a: ArrayInfo, stride_field: str, got: int) -> None:
@@ -412,9 +468,10 @@ def _per_row(a: dict, names, rows: int) -> list:
 
 
 def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, window_rows: int | None = None,
-                **inputs) -> PreparedRun:
+                device: int | None = None, **inputs) -> PreparedRun:
     """Reads and checks the arrays of Layer.run (which documents them)
-    against `desc`, converting the gates and per-row arrays where needed.
+    against `desc`, converting the gates and per-row arrays where needed;
+    CUDA arrays must be on `device` (the backend's, when known).
     With window_rows (Layer.verify), the per-row arrays have that many rows
     and the step arrays a whole number of times as many (token-major)."""
     d = desc
@@ -422,7 +479,7 @@ def prepare_run(desc: LayerDesc, backend_name: str, memory: str | None, window_r
     names = ("q", "k", "v", "gate", "beta", "out", "state", "ring_d", "ring_k", "ring_g", "slot_index",
              "write_pos", "force", "A_log", "dt_bias", "overflow")
     a = {n: (None if inputs.get(n) is None else array_info(inputs[n], n)) for n in names}
-    _check_where(backend_name, memory, a.values())
+    _check_where(backend_name, memory, a.values(), device)
     for n in ("out", "state", "ring_d", "ring_k", "ring_g", "overflow"):
         _need_writable(a[n])
 
@@ -474,11 +531,13 @@ class Layer:
     Create one per description (every layer of a model may share one), then
     call run() per layer per step and advance() after the step's last layer.
     On CUDA, launches of one Layer must be ordered (one stream, or one
-    graph): make one per stream that runs concurrently."""
+    graph): make one per stream that runs concurrently. `device` (a CUDA
+    ordinal) puts it on that GPU (rssm_backend_create_on_device), whose
+    arrays alone it then takes; None: the backend's default device."""
 
-    def __init__(self, desc: LayerDesc, backend_name: str | Backend = "cpu"):
+    def __init__(self, desc: LayerDesc, backend_name: str | Backend = "cpu", device: int | None = None):
         self.desc = desc
-        self.backend = backend(backend_name)
+        self.backend = backend(backend_name, device)
         # A layer object keeps per-call host scratch (the cpu backend's row
         # checks), so its calls take turns; ctypes releases the GIL during
         # them, and the cache hands one Layer to every thread.
@@ -521,10 +580,10 @@ class Layer:
         row whose 16-bit ring entry overflowed (rssm.h: run that row again
         with force set before advancing). Strides are the arrays' own and
         must be those the layer was created for. Returns out."""
-        run = prepare_run(self.desc, self.backend.name, self.backend.memory, q=q, k=k, v=v, gate=gate, beta=beta,
-                          out=out, state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g,
-                          slot_index=slot_index, write_pos=write_pos, force=force, A_log=A_log, dt_bias=dt_bias,
-                          overflow=overflow)
+        run = prepare_run(self.desc, self.backend.name, self.backend.memory, device=self.backend.device_index, q=q,
+                          k=k, v=v, gate=gate, beta=beta, out=out, state=state, ring_d=ring_d, ring_k=ring_k,
+                          ring_g=ring_g, slot_index=slot_index, write_pos=write_pos, force=force, A_log=A_log,
+                          dt_bias=dt_bias, overflow=overflow)
         self.launch(run, stream)
         return out
 
@@ -560,12 +619,12 @@ class Layer:
         arrays as in run(). Returns out."""
         n = array_info(slot_index, "slot_index")
         rows = n.shape[0] if n.shape else 0
-        run = prepare_run(self.desc, self.backend.name, self.backend.memory, window_rows=rows, q=q, k=k, v=v,
-                          gate=gate, beta=beta, out=out, state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g,
-                          slot_index=slot_index, write_pos=write_pos, force=None, A_log=A_log, dt_bias=dt_bias,
-                          overflow=overflow)
+        run = prepare_run(self.desc, self.backend.name, self.backend.memory, window_rows=rows,
+                          device=self.backend.device_index, q=q, k=k, v=v, gate=gate, beta=beta, out=out, state=state,
+                          ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=slot_index, write_pos=write_pos,
+                          force=None, A_log=A_log, dt_bias=dt_bias, overflow=overflow)
         d = array_info(drafts, "drafts")
-        _check_where(self.backend.name, self.backend.memory, [d])
+        _check_where(self.backend.name, self.backend.memory, [d], self.backend.device_index)
         if d.dtype not in ("int32", "uint32"):
             raise ValueError(f"{d.describe()}: expected int32 or uint32 token counts")
         _vector(d, rows)
@@ -585,7 +644,7 @@ class Layer:
         name, rows, converted copies), having checked where they all live
         and that rows <= max_rows."""
         a = {n: (None if raw[n] is None else array_info(raw[n], n)) for n in names}
-        _check_where(self.backend.name, self.backend.memory, [*a.values(), *extra])
+        _check_where(self.backend.name, self.backend.memory, [*a.values(), *extra], self.backend.device_index)
         first = a[names[0]]
         rows = first.shape[0] if first is not None and first.shape else 0
         converted = _per_row(a, names, rows)
@@ -639,13 +698,21 @@ class Layer:
         return state
 
 
-def _capturing() -> bool:
+def _capturing(device: int | None) -> bool:
+    """Whether torch captures a CUDA graph on its current stream of `device`
+    (None: of its current device)."""
     torch = sys.modules.get("torch")
-    return torch is not None and torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    if torch is None or not torch.cuda.is_available():
+        return False
+    if device is None:
+        return torch.cuda.is_current_stream_capturing()
+    with torch.cuda.device(device):
+        return torch.cuda.is_current_stream_capturing()
 
 
-def layer_for(desc: LayerDesc, backend_name: str | Backend) -> Layer:
-    """The cached Layer for this description on this backend.
+def layer_for(desc: LayerDesc, backend_name: str | Backend, device: int | None = None) -> Layer:
+    """The cached Layer for this description on this backend and device (a
+    CUDA ordinal: the call's arrays', one_device; None: the default).
 
     One per description, not per stream: rssm.h asks that one layer's
     launches be ordered, which an engine's one decode stream and the CUDA
@@ -653,12 +720,12 @@ def layer_for(desc: LayerDesc, backend_name: str | Backend) -> Layer:
     which torch runs on a side stream, would need a new layer object, and
     creating one allocates, which a capture forbids.) Code that runs layers
     on concurrent streams makes its own Layer per stream."""
-    b = backend(backend_name)
-    key = (b.requested, desc)
+    b = backend(backend_name, device)
+    key = (b.requested, b.requested_device, desc)
     with _lock:
         layer = _layers.get(key)
     if layer is None:
-        if b.memory == "cuda" and _capturing():
+        if b.memory == "cuda" and _capturing(b.device_index):
             raise RuntimeError(
                 "rssm: this call would create its layer object (device memory) during CUDA graph capture; run "
                 f"the step once before capturing, with the same shapes and batch size class ({desc.max_rows} rows)")
@@ -672,12 +739,13 @@ _POOL_FIELDS = ("num_qk_heads", "num_v_heads", "head_k", "head_v", "slots", "rin
                 "state_dtype", "ring_dtype")
 
 
-def pool_layer(desc: LayerDesc, backend_name: str | Backend, rows: int) -> Layer:
+def pool_layer(desc: LayerDesc, backend_name: str | Backend, rows: int, device: int | None = None) -> Layer:
     """For what reads only the state pool and the rings (the fold of
-    Layer.materialise): a cached layer with room for `rows` rows whose pool
-    is described as in `desc` (the one the step's layers ran on, so that
-    nothing is created during a capture), else the layer for `desc`."""
-    b = backend(backend_name)
+    Layer.materialise): a cached layer on the backend and device with room
+    for `rows` rows whose pool is described as in `desc` (the one the step's
+    layers ran on, so that nothing is created during a capture), else the
+    layer for `desc`."""
+    b = backend(backend_name, device)
     with _lock:
         layers = list(_layers.values())
     for l in layers:
@@ -685,7 +753,7 @@ def pool_layer(desc: LayerDesc, backend_name: str | Backend, rows: int) -> Layer
                 and all(getattr(l.desc, f) == getattr(desc, f) for f in _POOL_FIELDS)
                 and all(l.desc.stride(f) == desc.stride(f) for f in _STRIDE_FIELDS[:8])):
             return l
-    return layer_for(desc, backend_name)
+    return layer_for(desc, backend_name, device)
 
 
 def cached_layers() -> list[Layer]:
@@ -699,10 +767,12 @@ def advance(cursor, slot_index, write_pos, force=None, *, ring_len: int, backend
     with a cached layer of this ring length over len(cursor) slots on this
     backend: the cursor rule reads nothing else of a layer, so any layer
     that ran a step of these slots will do. The backend defaults to "cuda"
-    for a CUDA cursor and "cpu" otherwise. Returns cursor."""
+    for a CUDA cursor and "cpu" otherwise; a cuda backend is the one on the
+    arrays' device. Returns cursor."""
     c = array_info(cursor, "cursor")
     s = array_info(slot_index, "slot_index")
-    b = backend(backend_name if backend_name is not None else ("cuda" if c.device == "cuda" else "cpu"))
+    name = backend_name if backend_name is not None else ("cuda" if c.device == "cuda" else "cpu")
+    b = backend(name, device_for(name, (c, s)))
     slots = c.shape[0] if len(c.shape) == 1 else -1
     rows = s.shape[0] if len(s.shape) == 1 else 0
     with _lock:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from . import _arrays, _lib, _prepared
 from ._arrays import ArrayInfo, array_info, contiguous_tail, torch_ops_for
-from .layer import LayerDesc, _as, _int32, _keep_converted, _outer_stride, _stream, layer_for, pool_layer, prepare_run
+from .layer import (LayerDesc, _as, _int32, _keep_converted, _outer_stride, _stream, device_for, layer_for, pool_layer,
+                    prepare_run)
 
 # The arrays of a decode call, in the order the prepared calls key them.
 _NAMES = ("mixed_qkv", "a", "b", "A_log", "dt_bias", "initial_state", "d_cache", "k_cache", "g_cache", "out",
@@ -91,7 +92,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
                        advance the cursors after the step's last layer
                        (rssm.advance).
     backend            "cpu", "cuda", "cuda:bulk", ...: default "cuda" for CUDA
-                       tensors, "cpu" for host arrays.
+                       tensors, "cpu" for host arrays. A cuda backend runs on
+                       the tensors' device (tensor.device.index), which
+                       must be one for all of them.
     max_rows           the layer object's row capacity: default the next power
                        of two >= B, so a few objects serve every batch size.
     overflow           optional [B] int32 output, set for a row whose 16-bit
@@ -243,6 +246,8 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     for name, x in zip(_NAMES, infos):
         if x is None and name not in ("A_log", "dt_bias", "force_flush", "overflow"):
             raise ValueError(f"{name} is needed (got None)")
+    backend_name, memory = _backend_memory(backend, infos[0].device)
+    device = device_for(backend_name, infos)  # before any conversion: a copy goes where its tensor is
     (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force,
      overflow) = infos
     pool = _pool(state, ring_d, ring_k, ring_g, gate_kind, ring_len)
@@ -280,7 +285,6 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     def row_stride(x: ArrayInfo) -> int:
         return _outer_stride(x, 0) if x.shape else 0
 
-    backend_name, memory = _backend_memory(backend, qkv.device)
     desc = LayerDesc(
         **pool, max_rows=int(max_rows) if max_rows else _next_pow2(max(B, 1)), gate_mode=gate_mode,
         gate_lower_bound=float(gate_lower_bound), io_dtype=qkv.dtype, qk_l2norm=bool(use_qk_l2norm),
@@ -289,10 +293,10 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
         beta_row_stride=row_stride(beta), gate_dtype=gate_dtype)
     # Check every array against the description before a layer object is
     # made for it, so a wrong call leaves nothing behind in the cache.
-    run = prepare_run(desc, backend_name, memory, q=q, k=k, v=v, gate=gate, beta=beta, out=out_i, state=state,
-                      ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos, force=force,
-                      A_log=A_log_i, dt_bias=dt_bias_i, overflow=overflow)
-    layer = layer_for(desc, backend_name)
+    run = prepare_run(desc, backend_name, memory, device=device, q=q, k=k, v=v, gate=gate, beta=beta, out=out_i,
+                      state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos,
+                      force=force, A_log=A_log_i, dt_bias=dt_bias_i, overflow=overflow)
+    layer = layer_for(desc, backend_name, device)
     read = (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force, overflow)
     fields = []
     for name, arg in _FIELDS:
@@ -342,10 +346,11 @@ def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indic
     state, ring_d, ring_k, ring_g = pool.values()
     fields = _pool(state, ring_d, ring_k, ring_g, gate_kind, ring_len)
     idx = array_info(ssm_state_indices, "ssm_state_indices", dl_stream)
+    wpos = array_info(write_pos, "write_pos", dl_stream)
     rows = idx.shape[0] if len(idx.shape) == 1 else 0
     backend_name, _ = _backend_memory(backend, state.device)
+    device = device_for(backend_name, (*pool.values(), idx, wpos))
     desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)))
-    pool_layer(desc, backend_name, rows).materialise(
-        state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx,
-        write_pos=array_info(write_pos, "write_pos", dl_stream), stream=stream)
+    pool_layer(desc, backend_name, rows, device).materialise(
+        state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos, stream=stream)
     return initial_state
