@@ -6,6 +6,8 @@ layers, from Python, on the caller's arrays (docs/python.md).
     materialise(initial_state, ...)                  fold slots' rings into their checkpoints
     Layer(LayerDesc(...), "cpu").run(...)            the lower level: separate q, k, v,
                                                      precomputed or raw gates
+    rssm.sglang, rssm.vllm                           the engines' own entry points,
+                                                     signature for signature
 
 Bindings are ctypes over librssm.so: the one in this package's folder, or
 $RSSM_LIBRARY. Arrays are read in place through torch's tensor API,
@@ -32,20 +34,22 @@ __all__ = [
 
 
 def advance(cursor, ssm_state_indices, write_pos, force_flush=None, *, ring_len: int, backend: str | None = None,
-            stream=None):
+            stream=None, padding: str = "out_of_range"):
     """After a step's last layer: for every row that is not padding,
     cursor[ssm_state_indices[r]] = 0 if the row flushed (write_pos[r] ==
     ring_len - 1 or force_flush[r]) else write_pos[r] + 1, on the device,
     with a layer of ring_len over len(cursor) slots that this process has
-    run (rssm_layer_advance). cursor: int32 [slots]. Returns cursor."""
+    run with the same padding convention (rssm_layer_advance; padding as
+    the decode's: "nonpositive" makes index 0 a padding row too). cursor:
+    int32 [slots]. Returns cursor."""
     ops = _arrays.torch_ops_for(cursor)
     if ops is not None:
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
-        ops.advance(cursor, ssm_state_indices, write_pos, force_flush, int(ring_len), backend or "")
+        ops.advance(cursor, ssm_state_indices, write_pos, force_flush, int(ring_len), backend or "", padding)
         return cursor
     return _layer.advance(cursor, ssm_state_indices, write_pos, force_flush, ring_len=ring_len,
-                          backend_name=backend, stream=stream)
+                          backend_name=backend, stream=stream, padding=padding)
 
 
 def register_torch_ops() -> bool:

@@ -45,34 +45,37 @@ _SCHEMAS = {
         "(Tensor mixed_qkv, Tensor a, Tensor b, Tensor? A_log, Tensor? dt_bias, Tensor(a!) initial_state, "
         "Tensor(b!) d_cache, Tensor(c!) k_cache, Tensor(d!) g_cache, Tensor(e!) out, Tensor ssm_state_indices, "
         "Tensor write_pos, Tensor? force_flush, Tensor(f!)? overflow, float scale, str gate_kind, str gate_mode, "
-        "float gate_lower_bound, bool use_qk_l2norm, int ring_len, int max_rows, str backend) -> ()"),
+        "float gate_lower_bound, bool use_qk_l2norm, int ring_len, int max_rows, str backend, str padding) -> ()"),
     "replayssm_materialise": (
         "(Tensor(a!) initial_state, Tensor d_cache, Tensor k_cache, Tensor g_cache, Tensor ssm_state_indices, "
-        "Tensor write_pos, str gate_kind, int ring_len, int max_rows, str backend) -> ()"),
+        "Tensor write_pos, str gate_kind, int ring_len, int max_rows, str backend, str padding) -> ()"),
     "replayssm_advance": (
-        "(Tensor(a!) cursor, Tensor slot_index, Tensor write_pos, Tensor? force, int ring_len, str backend) -> ()"),
+        "(Tensor(a!) cursor, Tensor slot_index, Tensor write_pos, Tensor? force, int ring_len, str backend, "
+        "str padding) -> ()"),
 }
 
 
 def _decode_impl(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
                  write_pos, force_flush, overflow, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm,
-                 ring_len, max_rows, backend) -> None:
+                 ring_len, max_rows, backend, padding) -> None:
     # Runs on torch's current stream: the capture stream inside
     # torch.cuda.graph, so the graph holds the launch.
     _replayssm.decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
                       ssm_state_indices, write_pos, force_flush, gate_kind=gate_kind, gate_mode=gate_mode,
                       gate_lower_bound=gate_lower_bound, use_qk_l2norm=use_qk_l2norm, ring_len=ring_len,
-                      max_rows=max_rows, overflow=overflow, backend=backend)
+                      max_rows=max_rows, overflow=overflow, backend=backend, padding=padding)
 
 
 def _materialise_impl(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind, ring_len,
-                      max_rows, backend) -> None:
+                      max_rows, backend, padding) -> None:
     _replayssm.materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos,
-                                  gate_kind=gate_kind, ring_len=ring_len, max_rows=max_rows, backend=backend)
+                                  gate_kind=gate_kind, ring_len=ring_len, max_rows=max_rows, backend=backend,
+                                  padding=padding)
 
 
-def _advance_impl(cursor, slot_index, write_pos, force, ring_len, backend) -> None:
-    _layer.advance(cursor, slot_index, write_pos, force, ring_len=ring_len, backend_name=backend or None)
+def _advance_impl(cursor, slot_index, write_pos, force, ring_len, backend, padding) -> None:
+    _layer.advance(cursor, slot_index, write_pos, force, ring_len=ring_len, backend_name=backend or None,
+                   padding=padding)
 
 
 def _fake(*args) -> None:

@@ -736,7 +736,7 @@ def layer_for(desc: LayerDesc, backend_name: str | Backend, device: int | None =
 
 
 _POOL_FIELDS = ("num_qk_heads", "num_v_heads", "head_k", "head_v", "slots", "ring_len", "gate_kind", "replay",
-                "state_dtype", "ring_dtype")
+                "state_dtype", "ring_dtype", "padding")
 
 
 def pool_layer(desc: LayerDesc, backend_name: str | Backend, rows: int, device: int | None = None) -> Layer:
@@ -762,11 +762,12 @@ def cached_layers() -> list[Layer]:
 
 
 def advance(cursor, slot_index, write_pos, force=None, *, ring_len: int, backend_name: str | Backend | None = None,
-            stream=None):
+            stream=None, padding: str = "out_of_range"):
     """Advances the per-slot cursors after a step's last layer (Layer.advance)
     with a cached layer of this ring length over len(cursor) slots on this
     backend: the cursor rule reads nothing else of a layer, so any layer
-    that ran a step of these slots will do. The backend defaults to "cuda"
+    that ran a step of these slots will do, if it has the caller's padding
+    convention (which rows the rule skips). The backend defaults to "cuda"
     for a CUDA cursor and "cpu" otherwise; a cuda backend is the one on the
     arrays' device. Returns cursor."""
     c = array_info(cursor, "cursor")
@@ -778,9 +779,11 @@ def advance(cursor, slot_index, write_pos, force=None, *, ring_len: int, backend
     with _lock:
         layers = list(_layers.values())
     fits = [l for l in layers
-            if l.backend is b and l.desc.ring_len == ring_len and l.desc.slots == slots and l.desc.max_rows >= rows]
+            if l.backend is b and l.desc.ring_len == ring_len and l.desc.slots == slots and l.desc.max_rows >= rows
+            and l.desc.padding == padding]
     if not fits:
-        raise ValueError(f"advance: no layer with ring_len {ring_len} over {slots} slots and room for {rows} rows "
+        raise ValueError(f"advance: no layer with ring_len {ring_len} over {slots} slots, padding {padding!r} and "
+                         f"room for {rows} rows "
                          f"has run on backend {b.name!r}; run the step's layers first, or call Layer.advance "
                          "on a Layer of your own")
     layer = min(fits, key=lambda l: l.desc.max_rows)

@@ -36,18 +36,25 @@ def _next_pow2(n: int) -> int:
     return p
 
 
+def _check_padding(padding) -> None:
+    if padding not in _lib.PADDINGS:
+        raise ValueError(f"padding {padding!r}: expected one of {sorted(_lib.PADDINGS)} (the engine's convention for "
+                         "a row without a sequence: an index out of range, or also 0 and below)")
+
+
 def _dims(a: ArrayInfo, ndim, what: str) -> None:
     if len(a.shape) not in ((ndim,) if isinstance(ndim, int) else ndim):
         raise ValueError(f"{a.name} has shape {list(a.shape)}, expected {what}")
 
 
-def _key(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, stream):
+def _key(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, padding,
+         stream):
     """A call's key in rssm._prepared: its arrays' ids and its scalar
     arguments, those left out as the torch op passes them (0.0, 0, ""), so
     that the entry and the op's implementation find one another's calls.
     Equal keys mean equal arguments: equal numbers convert equally."""
     return (*map(id, arrays), scale or 0.0, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len or 0,
-            max_rows or 0, backend or "", stream)
+            max_rows or 0, backend or "", padding, stream)
 
 
 def _prepared_call(key):
@@ -61,7 +68,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
         mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
         ssm_state_indices, write_pos, force_flush=None, gate_kind="gdn", use_qk_l2norm_in_kernel=True,
         backend=None, *, ring_len=None, gate_mode="raw", gate_lower_bound=0.0, max_rows=None, overflow=None,
-        stream=None):
+        stream=None, padding="out_of_range"):
     """One decode step of one layer for B rows, in place on the engine's tensors.
 
     mixed_qkv          [B, 2*H*K + HV*V], io dtype (fp32, fp16 or bf16): q at
@@ -85,7 +92,10 @@ def fused_recurrent_gated_delta_rule_replayssm(
                        R, d_cache's entries (an engine allocates L; the ring
                        uses L - 1); R >= L - 1 otherwise.
     out                [B, HV, V] or [B, HV*V], io dtype; padding rows zeroed.
-    ssm_state_indices  [B] int32 slot of each row; negative: padding row.
+    ssm_state_indices  [B] int32 slot of each row; negative (or >= slots): a
+                       padding row, whose output is zeroed and whose slot is
+                       untouched; with padding="nonpositive" (vLLM's
+                       convention, slot 0 reserved) every index <= 0 is one.
     write_pos          [B] int32 committed ring entries of the row's slot (0..L-1).
     force_flush        [B] int32 or bool (converted), or None: no row forced.
                        A row flushes when write_pos == L - 1 or it is forced;
@@ -114,7 +124,7 @@ def fused_recurrent_gated_delta_rule_replayssm(
     if not watching:
         # _key(...) written out: on a repeated call's path its function call would cost a twentieth
         key = (*map(id, arrays), scale or 0.0, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel,
-               ring_len or 0, max_rows or 0, backend or "", stream)
+               ring_len or 0, max_rows or 0, backend or "", padding, stream)
         try:
             call = _prepared.calls.get(key)
         except TypeError:  # an argument that cannot be hashed: nothing is kept for such calls
@@ -129,32 +139,32 @@ def fused_recurrent_gated_delta_rule_replayssm(
             ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
                        ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
                        gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
-                       int(ring_len or 0), int(max_rows or 0), backend or "")
+                       int(ring_len or 0), int(max_rows or 0), backend or "", padding)
             return out
     elif watching:  # arrays torch does not own, under a torch mode or profiler: nothing of torch's to skip
         return decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
                       ssm_state_indices, write_pos, force_flush, gate_kind=gate_kind, gate_mode=gate_mode,
                       gate_lower_bound=gate_lower_bound, use_qk_l2norm=use_qk_l2norm_in_kernel, ring_len=ring_len,
-                      max_rows=max_rows, overflow=overflow, backend=backend, stream=stream)
+                      max_rows=max_rows, overflow=overflow, backend=backend, stream=stream, padding=padding)
     _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel, ring_len,
-            max_rows, backend, stream)
+            max_rows, backend, padding, stream)
     return out
 
 
 def decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
            ssm_state_indices, write_pos, force_flush=None, *, gate_kind="gdn", gate_mode="raw",
            gate_lower_bound=0.0, use_qk_l2norm=True, ring_len=None, max_rows=None, overflow=None, backend=None,
-           stream=None):
+           stream=None, padding="out_of_range"):
     """fused_recurrent_gated_delta_rule_replayssm without the torch custom op
     (its implementation): a prepared call if there is one for these
     arguments, else the full path, which prepares one."""
     arrays = (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
               write_pos, force_flush, overflow)
     call, key = _prepared_call(_key(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm,
-                                    ring_len, max_rows, backend, stream))
+                                    ring_len, max_rows, backend, padding, stream))
     if call is None or not call(arrays):
         _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows,
-                backend, stream)
+                backend, padding, stream)
     return out
 
 
@@ -164,7 +174,7 @@ def _stream_handle(stream):
 
 
 def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend,
-            stream) -> None:
+            padding, stream) -> None:
     """Reads the arrays, finds (or makes) the plan for their description,
     binds their addresses and launches; then keeps the bound call for
     `key` (None: keep nothing) in rssm._prepared."""
@@ -178,7 +188,7 @@ def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l
     plan = None if plan_key is None else _prepared.plans.get(plan_key)
     if plan is None:
         plan = _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len,
-                     max_rows, backend)
+                     max_rows, backend, padding)
         if plan_key is not None:
             _prepared.remember(_prepared.plans, plan_key, plan, _prepared.MAX_PLANS)
     tensors, read = plan.bind(infos)
@@ -236,12 +246,13 @@ def _backend_memory(backend, device: str) -> tuple:
     return name, "cuda" if name.startswith("cuda") else "cpu" if name.startswith("cpu") else None
 
 
-def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend):
+def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, padding):
     """Every check of a call, on its arrays as read (`infos`), and the
     layer object for its description, as an rssm._prepared.Plan: what later
     calls with the same description skip."""
     if gate_mode not in _lib.GATE_MODES:
         raise ValueError(f"gate_mode {gate_mode!r}: expected one of {sorted(_lib.GATE_MODES)}")
+    _check_padding(padding)
     raw = gate_mode != "precomputed"
     for name, x in zip(_NAMES, infos):
         if x is None and name not in ("A_log", "dt_bias", "force_flush", "overflow"):
@@ -290,7 +301,7 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
         gate_lower_bound=float(gate_lower_bound), io_dtype=qkv.dtype, qk_l2norm=bool(use_qk_l2norm),
         q_scale=float(scale or 0.0), q_row_stride=row_stride(q), k_row_stride=row_stride(k),
         v_row_stride=row_stride(v), out_row_stride=row_stride(out_i), gate_row_stride=row_stride(gate),
-        beta_row_stride=row_stride(beta), gate_dtype=gate_dtype)
+        beta_row_stride=row_stride(beta), gate_dtype=gate_dtype, padding=padding)
     # Check every array against the description before a layer object is
     # made for it, so a wrong call leaves nothing behind in the cache.
     run = prepare_run(desc, backend_name, memory, device=device, q=q, k=k, v=v, gate=gate, beta=beta, out=out_i,
@@ -309,7 +320,7 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
 
 
 def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
-                ring_len=None, max_rows=None, backend=None, stream=None):
+                ring_len=None, max_rows=None, backend=None, stream=None, padding="out_of_range"):
     """Folds each row's committed ring entries into its slot's checkpoint,
     on the device, so that initial_state[slot] alone is the slot's true
     state: what an engine does before its prefix cache snapshots a slot or
@@ -321,22 +332,22 @@ def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, wri
     Arguments as in fused_recurrent_gated_delta_rule_replayssm: the state
     pool and rings of one layer, ssm_state_indices and write_pos [B] (the
     slots' cursors), gate_kind, ring_len (default d_cache's entries),
-    max_rows, backend, stream. torch tensors go through the custom op
+    max_rows, backend, stream, padding. torch tensors go through the custom op
     rssm::replayssm_materialise. Returns initial_state."""
     ops = torch_ops_for(initial_state)
     if ops is not None:
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
         ops.materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind,
-                        int(ring_len or 0), int(max_rows or 0), backend or "")
+                        int(ring_len or 0), int(max_rows or 0), backend or "", padding)
         return initial_state
     return materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos,
                               gate_kind=gate_kind, ring_len=ring_len, max_rows=max_rows, backend=backend,
-                              stream=stream)
+                              stream=stream, padding=padding)
 
 
 def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
-                       ring_len=None, max_rows=None, backend=None, stream=None):
+                       ring_len=None, max_rows=None, backend=None, stream=None, padding="out_of_range"):
     """materialise without the torch custom op (its implementation), with a
     cached layer of the pool's description (its step arrays' part left at
     the defaults: the fold supplies its own)."""
@@ -350,7 +361,8 @@ def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indic
     rows = idx.shape[0] if len(idx.shape) == 1 else 0
     backend_name, _ = _backend_memory(backend, state.device)
     device = device_for(backend_name, (*pool.values(), idx, wpos))
-    desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)))
+    _check_padding(padding)
+    desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)), padding=padding)
     pool_layer(desc, backend_name, rows, device).materialise(
         state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos, stream=stream)
     return initial_state

@@ -17,27 +17,11 @@ when write_pos == L - 1 or it is forced, and the caller advances write_pos.
 
 from __future__ import annotations
 
+from ._compat import packed_decode as _packed, rows_out as _rows_out
 from .replayssm import fused_recurrent_gated_delta_rule_replayssm
 
 __all__ = ["fused_recurrent_gated_delta_rule_packed_decode", "fused_recurrent_kda_packed_decode",
            "fused_recurrent_linear_replayssm_decode"]
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
-
-
-def _rows_out(out, B: int, HV: int, V: int):
-    """SGLang's out [B, 1, HV, V] as the [B, HV, V] rssm takes: a view, so
-    rssm writes SGLang's tensor (torch's .view refuses where a view cannot
-    be had; a NumPy array must be contiguous for the same reason)."""
-    if tuple(out.shape) != (B, 1, HV, V):
-        raise ValueError(f"out must have shape {(B, 1, HV, V)} (got {tuple(out.shape)})")
-    if _is_torch(out):
-        return out.view(B, HV, V)
-    if not out.flags["C_CONTIGUOUS"]:
-        raise ValueError("out must be contiguous")
-    return out.reshape(B, HV, V)
 
 
 def fused_recurrent_linear_replayssm_decode(
@@ -56,46 +40,6 @@ def fused_recurrent_linear_replayssm_decode(
         mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache,
         _rows_out(out, B, HV, V), ssm_state_indices, write_pos, force_flush,
         gate_kind="kda" if is_kda else "gdn", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
-    return out, initial_state
-
-
-# A packed decode is the replay decode with a ring of one entry: every row
-# flushes every step and reads no ring entry (docs/design.md §2, L = 1), so
-# the rings below are never read or written; they exist because the layer
-# description has them. One set per pool shape, device and dtype.
-_one_entry_rings: dict = {}
-
-
-def _packed(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
-            use_qk_l2norm_in_kernel, gate_kind, gate_mode="raw", gate_lower_bound=0.0):
-    B = mixed_qkv.shape[0]
-    slots, HV, V, K = initial_state.shape
-    H = (mixed_qkv.shape[1] - HV * V) // (2 * K)
-    g_shape = (slots, HV, 1, K) if gate_kind == "kda" else (slots, HV, 1)
-    shapes = ((slots, HV, 1, V), (slots, H, 1, K), g_shape)
-    if _is_torch(initial_state):
-        import torch
-        dev = initial_state.device
-
-        def zeros(shape, dtype):
-            return torch.zeros(shape, device=dev, dtype=dtype)
-        ring_dtype, f32, i32 = mixed_qkv.dtype, torch.float32, torch.int32
-    else:
-        import numpy
-        dev = "host"
-        zeros = numpy.zeros
-        ring_dtype = mixed_qkv.dtype if mixed_qkv.dtype in (numpy.float32, numpy.float16) else numpy.float32
-        f32, i32 = numpy.float32, numpy.int32
-    key = (dev, str(ring_dtype), shapes, gate_kind)
-    rings = _one_entry_rings.get(key)
-    if rings is None:
-        rings = (zeros(shapes[0], ring_dtype), zeros(shapes[1], ring_dtype), zeros(shapes[2], f32))
-        _one_entry_rings[key] = rings
-    write_pos = zeros((B,), i32)  # 0 == L - 1: every row flushes
-    fused_recurrent_gated_delta_rule_replayssm(
-        mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, *rings, _rows_out(out, B, HV, V),
-        ssm_state_indices, write_pos, None, gate_kind=gate_kind, use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel,
-        gate_mode=gate_mode, gate_lower_bound=gate_lower_bound)
     return out, initial_state
 
 

@@ -70,7 +70,7 @@ def test_opcheck():
     write_pos = torch.tensor([0, 1], dtype=torch.int32)
     args = (torch.from_numpy(mixed_qkv), torch.from_numpy(a), torch.from_numpy(b), t["A_log"], t["dt_bias"],
             t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.empty(2, e.HV, e.V), idx, write_pos,
-            None, None, 0.0, "gdn", "raw", 0.0, True, 0, 0, "")
+            None, None, 0.0, "gdn", "raw", 0.0, True, 0, 0, "", "out_of_range")
     torch.library.opcheck(torch.ops.rssm.replayssm_decode.default, args)
 
 
@@ -81,7 +81,7 @@ def test_opcheck_materialise():
     for r in e.d_cache, e.k_cache, e.g_cache:
         r[...] = rng.uniform(-0.5, 0.5, r.shape)
     args = (t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], torch.tensor([2, -1, 0], dtype=torch.int32),
-            torch.tensor([3, 0, 1], dtype=torch.int32), "gdn", 0, 0, "")
+            torch.tensor([3, 0, 1], dtype=torch.int32), "gdn", 0, 0, "", "nonpositive")  # row 2 (slot 0) pads
     torch.library.opcheck(torch.ops.rssm.replayssm_materialise.default, args)
 
 

@@ -1,20 +1,24 @@
-"""rssm.sglang: SGLang's decode entry points, signature for signature, on
-the CPU backend against the float64 reference (rssm_reference.py): out of
-SGLang's shape [B, 1, HV, V], its defaults (no L2 norm unless asked), a
-negative slot index as padding, the caller advancing write_pos, and the
-packed decodes, which must update the state every step."""
+"""rssm.sglang and rssm.vllm: the engines' decode entry points, signature
+for signature, on the CPU backend against the float64 reference
+(rssm_reference.py): out of their shape [B, 1, HV, V], their defaults (no L2
+norm unless asked), their padding conventions (SGLang: a negative slot index;
+vLLM: 0 and below), the caller advancing write_pos, and the packed decodes,
+which must update the state every step; and the padding keyword of rssm's own
+entry, fold and cursor advance."""
 
 import inspect
 
 import numpy as np
 import pytest
 
+import rssm
 import rssm.sglang as sgl
+import rssm.vllm as vllm
 from rssm_reference import prepare_qk, raw_gates, step
 from test_decode import Engine
 
 
-def _reference(e, mixed_qkv, a, b, idx, l2, scale, lower_bound=None):
+def _reference(e, mixed_qkv, a, b, idx, l2, scale, lower_bound=None, first_slot=0):
     """A step in float64 on e.ref with SGLang's options; out [B, HV, V]."""
     H, HV, K, V = e.H, e.HV, e.K, e.V
     B = mixed_qkv.shape[0]
@@ -25,7 +29,7 @@ def _reference(e, mixed_qkv, a, b, idx, l2, scale, lower_bound=None):
     g, beta = raw_gates(a, b, e.A_log, e.dt_bias, e.kda, K, lower_bound)
     out = np.zeros((B, HV, V))
     for r in range(B):
-        if idx[r] >= 0:
+        if idx[r] >= first_slot:
             out[r] = step(e.ref[idx[r]], q[r], k[r], v[r], g[r], beta[r])
     return out
 
@@ -118,3 +122,65 @@ def test_out_of_the_wrong_shape_is_refused():
         sgl.fused_recurrent_linear_replayssm_decode(
             mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache,
             np.zeros((2, 4, 8), np.float32), np.array([0, 1], np.int32), np.zeros(2, np.int32))
+
+
+def test_vllm_packed_decode_pads_slot_zero():
+    """vLLM's packed decode: slot 0 is its null block, so rows of index 0 or
+    below are padding; slot 0's state stays as it was."""
+    p = inspect.signature(vllm.fused_recurrent_gated_delta_rule_packed_decode).parameters
+    assert list(p) == ["mixed_qkv", "a", "b", "A_log", "dt_bias", "scale", "initial_state", "out",
+                       "ssm_state_indices", "use_qk_l2norm_in_kernel"]
+    rng = np.random.default_rng(31)
+    e = Engine(rng, L=4)
+    B = 4
+    idx = np.array([0, 3, -2, 5], np.int32)
+    slot0 = e.state[0].copy()
+    for _ in range(2):
+        mixed_qkv, a, b = e.inputs(B)
+        out = np.full((B, 1, e.HV, e.V), 7.0, np.float32)
+        expect = _reference(e, mixed_qkv, a, b, idx, True, None, first_slot=1)
+        got = vllm.fused_recurrent_gated_delta_rule_packed_decode(
+            mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, out, idx, use_qk_l2norm_in_kernel=True)
+        assert got[0] is out and got[1] is e.state
+        _check(e, out[:, 0], expect)
+        assert np.all(out[0] == 0.0) and np.all(out[2] == 0.0)
+    np.testing.assert_array_equal(e.state[0], slot0)
+
+
+def test_padding_keyword_of_the_entry_fold_and_advance():
+    """padding="nonpositive" on the replay entry, rssm.materialise and
+    rssm.advance: a row of slot 0 runs nothing and moves no cursor; the
+    default keeps slot 0 a slot; an unknown convention is refused."""
+    rng = np.random.default_rng(41)
+    e = Engine(rng, L=4)
+    B = 3
+    idx = np.array([0, 2, 4], np.int32)
+    before = e.state.copy()
+    for t in range(3):
+        mixed_qkv, a, b = e.inputs(B)
+        out = np.full((B, e.HV, e.V), 7.0, np.float32)
+        write_pos = e.cursor[idx].astype(np.int32)
+        expect = _reference(e, mixed_qkv, a, b, idx, True, None, first_slot=1)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache, out, idx,
+            write_pos, None, padding="nonpositive")
+        _check(e, out, expect)
+        assert np.all(out[0] == 0.0)
+        rssm.advance(e.cursor, idx, write_pos, ring_len=e.L, padding="nonpositive")
+        assert e.cursor[0] == 0 and e.cursor[2] == t + 1
+    rssm.materialise(e.state, e.d_cache, e.k_cache, e.g_cache, idx, e.cursor[idx].astype(np.int32),
+                     padding="nonpositive")
+    np.testing.assert_array_equal(e.state[0], before[0])
+    for s in (2, 4):
+        np.testing.assert_allclose(e.state[s], e.ref[s], rtol=1e-4, atol=1e-4 * np.abs(e.ref[s]).max())
+    # The default convention: slot 0 is a slot like any other.
+    mixed_qkv, a, b = e.inputs(B)
+    out = np.zeros((B, e.HV, e.V), np.float32)
+    rssm.fused_recurrent_gated_delta_rule_replayssm(
+        mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache, out, idx,
+        np.zeros(B, np.int32), np.ones(B, np.int32))
+    assert np.any(out[0] != 0.0) and np.any(e.state[0] != before[0])
+    with pytest.raises(ValueError, match="padding 'zero'"):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache, out, idx,
+            np.zeros(B, np.int32), None, padding="zero")
