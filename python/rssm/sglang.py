@@ -20,8 +20,8 @@ from __future__ import annotations
 from ._compat import packed_decode as _packed, rows_out as _rows_out
 from .replayssm import fused_recurrent_gated_delta_rule_replayssm
 
-__all__ = ["fused_recurrent_gated_delta_rule_packed_decode", "fused_recurrent_kda_packed_decode",
-           "fused_recurrent_linear_replayssm_decode"]
+__all__ = ["fused_recurrent_gated_delta_rule_packed_decode", "fused_recurrent_gdn_replayssm_decode",
+           "fused_recurrent_kda_packed_decode", "fused_recurrent_linear_replayssm_decode"]
 
 
 def fused_recurrent_linear_replayssm_decode(
@@ -41,6 +41,10 @@ def fused_recurrent_linear_replayssm_decode(
         _rows_out(out, B, HV, V), ssm_state_indices, write_pos, force_flush,
         gate_kind="kda" if is_kda else "gdn", use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
     return out, initial_state
+
+
+# SGLang's GDN backend imports the same kernel under this name.
+fused_recurrent_gdn_replayssm_decode = fused_recurrent_linear_replayssm_decode
 
 
 def fused_recurrent_gated_delta_rule_packed_decode(
