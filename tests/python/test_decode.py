@@ -54,18 +54,20 @@ class Engine:
         b = self.rng.uniform(-3.0, 3.0, (B, HV)).astype(np.float32)
         return mixed_qkv, a, b
 
-    def reference(self, mixed_qkv, a, b, idx, scale=None):
-        """The step in float64 on self.ref; returns the expected out [B, HV, V]."""
+    def reference(self, mixed_qkv, a, b, idx, scale=None, *, l2=True, lower_bound=None, first_slot=0):
+        """The step in float64 on self.ref; returns the expected out [B, HV, V].
+        A row whose slot is below first_slot (1: vLLM's null block 0) or past
+        the pool is padding; l2 and lower_bound as the kernels' options."""
         H, HV, K, V = self.H, self.HV, self.K, self.V
         B = mixed_qkv.shape[0]
         q = mixed_qkv[:, :H * K].reshape(B, H, K)
         k = mixed_qkv[:, H * K:2 * H * K].reshape(B, H, K)
         v = np.asarray(mixed_qkv[:, 2 * H * K:], np.float64).reshape(B, HV, V)
-        q, k = prepare_qk(q, k, True, scale)
-        g, beta = raw_gates(a, b, self.A_log, self.dt_bias, self.kda, K)
+        q, k = prepare_qk(q, k, l2, scale)
+        g, beta = raw_gates(a, b, self.A_log, self.dt_bias, self.kda, K, lower_bound)
         out = np.zeros((B, HV, V))
         for r in range(B):
-            if 0 <= idx[r] < self.slots:
+            if first_slot <= idx[r] < self.slots:
                 out[r] = step(self.ref[idx[r]], q[r], k[r], v[r], g[r], beta[r])
         return out
 

@@ -14,24 +14,12 @@ import pytest
 import rssm
 import rssm.sglang as sgl
 import rssm.vllm as vllm
-from rssm_reference import prepare_qk, raw_gates, step
 from test_decode import Engine
 
 
 def _reference(e, mixed_qkv, a, b, idx, l2, scale, lower_bound=None, first_slot=0):
-    """A step in float64 on e.ref with SGLang's options; out [B, HV, V]."""
-    H, HV, K, V = e.H, e.HV, e.K, e.V
-    B = mixed_qkv.shape[0]
-    q = mixed_qkv[:, :H * K].reshape(B, H, K)
-    k = mixed_qkv[:, H * K:2 * H * K].reshape(B, H, K)
-    v = np.asarray(mixed_qkv[:, 2 * H * K:], np.float64).reshape(B, HV, V)
-    q, k = prepare_qk(q, k, l2, scale)
-    g, beta = raw_gates(a, b, e.A_log, e.dt_bias, e.kda, K, lower_bound)
-    out = np.zeros((B, HV, V))
-    for r in range(B):
-        if idx[r] >= first_slot:
-            out[r] = step(e.ref[idx[r]], q[r], k[r], v[r], g[r], beta[r])
-    return out
+    """A step in float64 on e.ref with the engines' options; out [B, HV, V]."""
+    return e.reference(mixed_qkv, a, b, idx, scale, l2=l2, lower_bound=lower_bound, first_slot=first_slot)
 
 
 def _check(e, got, expect):
