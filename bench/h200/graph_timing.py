@@ -30,15 +30,7 @@ class Timer:
         self.warm = False
 
     def __call__(self, body):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        start = time.perf_counter()
-        while True:
-            graph.replay()
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= (self.warmup if self.warm else WARMUP_S):
-                break
+        graph = captured_warm(body, self.warmup if self.warm else WARMUP_S)
         self.warm = True
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(self.reps + 1)]
         ev[0].record()
@@ -49,6 +41,21 @@ class Timer:
         times = sorted(ev[i].elapsed_time(ev[i + 1]) * 1e3 for i in range(self.reps))
         del graph
         return times[len(times) // 2], times[0]
+
+
+def captured_warm(body, seconds):
+    """body() captured in a CUDA graph, replayed untimed for `seconds` so
+    that the clocks have ramped up before it is timed, as rssm bench's
+    timing loop does (docs/bench.md)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        body()
+    start = time.perf_counter()
+    while True:
+        graph.replay()
+        torch.cuda.synchronize()
+        if time.perf_counter() - start >= seconds:
+            return graph
 
 
 def copy_gbs(timer):

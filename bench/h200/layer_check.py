@@ -32,6 +32,7 @@ import time
 import torch
 
 import rssm
+from graph_timing import WARMUP_S, captured_warm  # bench/h200/, the script's own folder
 
 L = 16
 SHAPES = {  # H, HV, K, V
@@ -202,7 +203,6 @@ def host_overhead(t, gate, B, calls=200):
     return out
 
 
-WARMUP_S = 0.6  # rssm bench's warm-up (docs/bench.md: an idle H200's clock takes up to 0.4 s to ramp up)
 
 
 def kernel_profile(graph, replays=3):
@@ -254,16 +254,7 @@ def timing(gate, B, reps=20, profile_kernels=False):
         rssm.advance(t0.cursor, t0.idx, t0.write_pos, t0.force, ring_len=L, backend="cuda")
 
     def graph_us(body):
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            body()
-        # untimed until the clocks have ramped up, as rssm bench's timing loop
-        start = time.perf_counter()
-        while True:
-            graph.replay()
-            torch.cuda.synchronize()
-            if time.perf_counter() - start >= WARMUP_S:
-                break
+        graph = captured_warm(body, WARMUP_S)
         ev0, ev1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
         for _ in range(reps):

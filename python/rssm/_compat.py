@@ -4,11 +4,8 @@ decode on rssm's replay kernels."""
 
 from __future__ import annotations
 
+from ._arrays import is_torch_tensor
 from .replayssm import fused_recurrent_gated_delta_rule_replayssm
-
-
-def _is_torch(x) -> bool:
-    return type(x).__module__.split(".")[0] == "torch"
 
 
 def rows_out(out, B: int, HV: int, V: int):
@@ -17,7 +14,7 @@ def rows_out(out, B: int, HV: int, V: int):
     be had; a NumPy array must be contiguous for the same reason)."""
     if tuple(out.shape) != (B, 1, HV, V):
         raise ValueError(f"out must have shape {(B, 1, HV, V)} (got {tuple(out.shape)})")
-    if _is_torch(out):
+    if is_torch_tensor(out):
         return out.view(B, HV, V)
     if not out.flags["C_CONTIGUOUS"]:
         raise ValueError("out must be contiguous")
@@ -41,7 +38,7 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
     H = (mixed_qkv.shape[1] - HV * V) // (2 * K)
     g_shape = (slots, HV, 1, K) if gate_kind == "kda" else (slots, HV, 1)
     shapes = ((slots, HV, 1, V), (slots, H, 1, K), g_shape)
-    if _is_torch(initial_state):
+    if is_torch_tensor(initial_state):
         import torch
         dev = initial_state.device
 
