@@ -5,20 +5,12 @@
 #include <stdio.h>
 #include <string.h>
 
-static int name_listed(const char *name)
-{
-    for (size_t i = 0; i < rssm_backend_name_count(); i++)
-        if (strcmp(rssm_backend_name_at(i), name) == 0)
-            return 1;
-    return 0;
-}
-
 static void test_names(void **state)
 {
     (void)state;
     size_t n = rssm_backend_name_count();
     assert_true(n >= 1);
-    assert_true(name_listed("cpu"));
+    assert_true(ts_backend_built_in("cpu"));
     for (size_t i = 0; i < n; i++) {
         const char *a = rssm_backend_name_at(i);
         assert_non_null(a);
@@ -134,7 +126,7 @@ static void test_auto(void **state)
     /* auto picks a real, listed backend (variant names included). */
     const char *name = rssm_backend_name(b);
     assert_non_null(name);
-    if (!name_listed(name))
+    if (!ts_backend_built_in(name))
         fail_msg("auto chose '%s', which rssm_backend_name_at does not list", name);
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, 4);
     rssm_status st = rssm_backend_supports(b, &m, &err);

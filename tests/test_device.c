@@ -196,14 +196,6 @@ static void test_seen(void **state)
 
 /* ------------------------------------- the public API: each backend's rule */
 
-static int built_in(const char *name)
-{
-    for (size_t i = 0; i < rssm_backend_name_count(); i++)
-        if (strcmp(rssm_backend_name_at(i), name) == 0)
-            return 1;
-    return 0;
-}
-
 static void test_create_on_device(void **state)
 {
     (void)state;
@@ -227,14 +219,14 @@ static void test_create_on_device(void **state)
     TS_EXPECT(rssm_backend_create_on_device("cpu", 0, NULL, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     assert_int_equal(rssm_backend_device_ordinal(NULL), -1);
     /* vulkan: -1 only (RSSM_VK_DEVICE picks), refused before any device starts. */
-    if (built_in("vulkan")) {
+    if (ts_backend_built_in("vulkan")) {
         TS_EXPECT(rssm_backend_create_on_device("vulkan", 0, &b, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
         expect_message(&err, (const char *const[]){"vulkan: device 0", "RSSM_VK_DEVICE", NULL});
         assert_null(b);
     }
     /* cuda: the ordinal asked for, on a machine with a GPU; unavailable or
      * out of range otherwise, never another device. */
-    if (built_in("cuda")) {
+    if (ts_backend_built_in("cuda")) {
         const rssm_status st = rssm_backend_create_on_device("cuda", 0, &b, &err);
         if (st == RSSM_OK) {
             assert_int_equal(rssm_backend_device_ordinal(b), 0);

@@ -408,3 +408,10 @@ void ts_window_free(ts_window *w)
     free(w->beta);
 }
 
+int ts_backend_built_in(const char *name)
+{
+    for (size_t i = 0; i < rssm_backend_name_count(); i++)
+        if (strcmp(rssm_backend_name_at(i), name) == 0)
+            return 1;
+    return 0;
+}

@@ -33,6 +33,9 @@
     } while (0)
 #define TS_OK(call, errp) TS_EXPECT(call, RSSM_OK, errp)
 
+/* 1 if rssm_backend_name_at lists `name` (built in; its device may be absent). */
+int ts_backend_built_in(const char *name);
+
 void ts_check_status(rssm_status got, rssm_status want, const rssm_error *err,
                      const char *expr, const char *file, int line);
 
