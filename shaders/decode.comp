@@ -22,7 +22,7 @@
 // turn (its lanes over the channel quads); the rows go to subgroups in
 // blocks of ROW_BLOCK rows, whose invocations split a row's K channels in
 // quads (16-byte loads) and its ring entries (one d_j[v] each), and reduce
-// the block's rows with one subgroupAdd. 16-bit arrays are written in whole
+// the block's rows together (subgroup_sum_rows). 16-bit arrays are written in whole
 // words.
 //
 // What a GPU needs of it (docs/design.md §8, measured on an H200): every
@@ -391,6 +391,41 @@ vec4 workgroup_sum(vec4 x)
 }
 #endif
 
+// The totals over the subgroup of a block's eight partial sums (ROW_BLOCK
+// rows' checkpoint readouts of q and of k), in every invocation. A vec4
+// subgroupAdd costs four shuffles per halving of the subgroup, 40 for the
+// pair; here a reduce-scatter (each step a lane keeps half of its values
+// and adds its partner's sums of them: 4, 2, then 1 shuffle, then the
+// plain halvings of the one value left) and a broadcast of each total, 17
+// for a subgroup of 32. The readout is the kernels' busiest arithmetic, and
+// their time follows the shuffles (docs/design.md §8). One fixed order for
+// the packed, replay and window kernels alike, so L = 1 stays bit-identical
+// to packed and a one-token window to a step.
+void subgroup_sum_rows(inout vec4 a, inout vec4 b)
+{
+    if (SG_SIZE < 8u) { // a narrow subgroup: too few lanes to scatter eight sums over
+        a = subgroupAdd(a);
+        b = subgroupAdd(b);
+        return;
+    }
+    const uint O1 = SG_SIZE / 2u, O2 = SG_SIZE / 4u, O3 = SG_SIZE / 8u;
+    const uint lane = gl_SubgroupInvocationID;
+    const bool h1 = (lane & O1) != 0u, h2 = (lane & O2) != 0u, h3 = (lane & O3) != 0u;
+    precise vec4 x4 = h1 ? b : a;
+    x4 += subgroupShuffleXor(h1 ? a : b, O1);
+    precise vec2 x2 = h2 ? x4.zw : x4.xy;
+    x2 += subgroupShuffleXor(h2 ? x4.xy : x4.zw, O2);
+    precise float x = h3 ? x2.y : x2.x;
+    x += subgroupShuffleXor(h3 ? x2.x : x2.y, O3);
+    [[unroll]] for (uint o = O3 / 2u; o > 0u; o >>= 1u)
+        x += subgroupShuffleXor(x, o);
+    // The lane whose index has bits (O1, O2, O3) = (i >> 2, i >> 1, i) & 1
+    // holds total i: a's four, then b's.
+    a = vec4(subgroupShuffle(x, 0u), subgroupShuffle(x, O3), subgroupShuffle(x, O2), subgroupShuffle(x, O2 + O3));
+    b = vec4(subgroupShuffle(x, O1), subgroupShuffle(x, O1 + O3), subgroupShuffle(x, O1 + O2),
+             subgroupShuffle(x, O1 + O2 + O3));
+}
+
 float sigmoid(float x) { return 1.0 / (1.0 + exp(-x)); }
 
 // log(1 + x) without losing x when it is tiny (GLSL has no log1p).
@@ -488,8 +523,9 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         }                                                                          \
     }                                                                              \
     RSSM_READOUT_RING(RD)                                                          \
-    precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));               \
-    precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));               \
+    precise vec4 sq = vec4(pq[0], pq[1], pq[2], pq[3]);                            \
+    precise vec4 sk = vec4(pk[0], pk[1], pk[2], pk[3]);                            \
+    subgroup_sum_rows(sq, sk);                                                     \
     float d[ROW_BLOCK];                                                            \
     [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
         const uint v = v0 + r;                                                     \

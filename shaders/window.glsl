@@ -272,8 +272,9 @@ void main()
                     }
                 }
             }
-            precise vec4 sq = subgroupAdd(vec4(pq[0], pq[1], pq[2], pq[3]));
-            precise vec4 sk = subgroupAdd(vec4(pk[0], pk[1], pk[2], pk[3]));
+            precise vec4 sq = vec4(pq[0], pq[1], pq[2], pq[3]);
+            precise vec4 sk = vec4(pk[0], pk[1], pk[2], pk[3]);
+            subgroup_sum_rows(sq, sk); // as a step's readout (shaders/decode.comp)
             const vec4 nrm = s_wn[t];
             const float beta = nrm.w, kq = nrm.z;
             float d[ROW_BLOCK], o[ROW_BLOCK];
