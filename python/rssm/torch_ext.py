@@ -6,7 +6,7 @@ torch's dispatcher to rssm_layer_run with no Python on the way
 A torch extension is tied to the torch it was compiled against (its C++
 ABI), so it is not in the wheel: it is built on the user's machine,
 against the torch installed there, by `python -m rssm.torch_ext build`
-(torch.utils.cpp_extension: a C++ compiler and ninja), into a folder named
+(a C++ compiler and torch's headers), into a folder named
 by what it depends on (torch's version and build, the source, rssm.h), and
 loaded from there when rssm registers its torch ops. Without it the ops run
 their Python implementations (ctypes), which do the same, slower;
@@ -77,31 +77,46 @@ def library_file() -> Path:
 
 
 def build(verbose: bool = False) -> Path:
-    """Compiles the extension against this torch (about a minute on two
-    cores); returns the library's path. Raises where it cannot (no
+    """Compiles the extension against this torch (about 10 s on two cores)
+    with $CXX (default c++), one command for one source, so no ninja is
+    needed; returns the library's path. Raises where it cannot (no
     compiler, no CUDA headers for a torch with CUDA)."""
+    import subprocess
+    import tempfile
+
     from torch.utils import cpp_extension
 
     header = _header_dir()
     if header is None:
         raise RuntimeError(f"rssm: rssm.h is neither in {_HERE / 'include'} nor in the repository's include/")
-    cflags, ldflags = ["-O2", "-std=c++17"], []
+    flags = ["-O2", "-std=c++17", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             f"-I{header}"] + [f"-I{d}" for d in cpp_extension.include_paths()]
+    libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
     if _with_cuda():
+        # Only torch's current-stream call needs CUDA, through its headers
+        # (cudaStream_t): nothing is compiled by nvcc.
         inc = _cuda_include()
         if inc is None:
             raise RuntimeError(f"rssm: torch has CUDA {torch.version.cuda}, but no cuda_runtime_api.h was found "
                                "(set CUDA_HOME to the CUDA toolkit)")
-        cflags += ["-DRSSM_TORCH_CUDA", f"-I{inc}"]
-        ldflags += ["-lc10_cuda"]
+        flags += ["-DRSSM_TORCH_CUDA", f"-I{inc}"]
+        libs += ["-lc10_cuda"]
     out = build_dir()
     out.mkdir(parents=True, exist_ok=True)
-    # with_cuda=False: nothing here is compiled by nvcc, and torch's check of
-    # the toolkit's version against its own does not apply to headers whose
-    # only use is cudaStream_t.
-    cpp_extension.load(name=NAME, sources=[str(SOURCE)], extra_cflags=cflags, extra_ldflags=ldflags,
-                       extra_include_paths=[str(header)], build_directory=str(out), is_python_module=False,
-                       with_cuda=False, verbose=verbose)
-    return out / f"{NAME}.so"
+    target = out / f"{NAME}.so"
+    with tempfile.NamedTemporaryFile(dir=out, suffix=".so", delete=False) as tmp:
+        pass
+    cmd = [os.environ.get("CXX", "c++"), *flags, str(SOURCE), "-o", tmp.name,
+           f"-L{Path(torch.__file__).parent / 'lib'}", *libs]
+    if verbose:
+        print(" ".join(cmd), flush=True)
+    try:
+        subprocess.run(cmd, check=True)
+        os.replace(tmp.name, target)  # whole or not at all, for processes that load it meanwhile
+    finally:
+        if os.path.exists(tmp.name):
+            os.unlink(tmp.name)
+    return target
 
 
 def load() -> bool:
