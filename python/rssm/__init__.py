@@ -29,7 +29,7 @@ __version__ = _lib.version_string()
 __all__ = [
     "Backend", "Error", "Layer", "LayerDesc", "__version__", "advance", "backend", "backend_names",
     "can_implement", "clear_cache", "fused_recurrent_gated_delta_rule_replayssm", "library_path", "materialise",
-    "register_torch_ops",
+    "register_torch_ops", "torch_extension_status",
 ]
 
 
@@ -61,6 +61,18 @@ def register_torch_ops() -> bool:
     torch.library.register_fake (torch < 2.4)."""
     from . import _torch_ops
     return _torch_ops.available()
+
+
+def torch_extension_status() -> str:
+    """Whether the torch op rssm::replayssm_decode runs the compiled
+    extension's C++ kernels (rssm.torch_ext: "loaded: ...") or its Python
+    implementation, and why ("not built for torch ...: build it with
+    `python -m rssm.torch_ext build`", "off ...", "build failed ...").
+    Registers the torch ops (importing torch) if that was not done yet."""
+    if not register_torch_ops():
+        return "unavailable: this torch has no torch.library.register_fake (torch < 2.4)"
+    from . import torch_ext
+    return torch_ext.status
 
 
 if "torch" in _sys.modules:

@@ -39,11 +39,16 @@ MAX_PLANS = 256
 
 calls: dict = {}
 plans: dict = {}
+# Called by clear(): the compiled torch extension (rssm.torch_ext) keeps
+# plans of its own that name layer objects.
+on_clear: list = []
 
 
 def clear() -> None:
     calls.clear()
     plans.clear()
+    for forget in on_clear:
+        forget()
 
 
 def remember(cache: dict, key, value, limit: int) -> None:

@@ -17,6 +17,14 @@ the first call with a torch tensor); torch >= 2.4 for
 torch.library.register_fake, below which the entry points call rssm
 directly, which works eagerly but not under torch.compile.
 
+With the compiled extension (rssm.torch_ext: C++ kernels of
+replayssm_decode for CPU and CUDA, built against this torch) loaded, the
+schemas and fakes are still these, and Python implements the other two ops
+and rssm::_replayssm_decode_plan, the extension's first call of each
+description. The schemas are written here once: the extension adds boxed
+kernels to ops defined here, and works without them only as the Python
+implementations do.
+
 Also what rssm._arrays and rssm._prepared ask of torch: whether torch would
 see a call (watching), what can change under one tensor object
 (tensor_facts), torch's current stream.
@@ -53,6 +61,10 @@ _SCHEMAS = {
         "(Tensor(a!) cursor, Tensor slot_index, Tensor write_pos, Tensor? force, int ring_len, str backend, "
         "str padding) -> ()"),
 }
+# The extension's call of the Python path (rssm.replayssm.planned_decode):
+# the decode's arguments and the stream the extension launches on, and the
+# plan it keeps for that stream.
+_SCHEMAS["_replayssm_decode_plan"] = _SCHEMAS["replayssm_decode"].replace(") -> ()", ", int stream) -> int[]")
 
 
 def _decode_impl(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
@@ -78,17 +90,34 @@ def _advance_impl(cursor, slot_index, write_pos, force, ring_len, backend, paddi
                    padding=padding)
 
 
+def _decode_plan_impl(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
+                      ssm_state_indices, write_pos, force_flush, overflow, scale, gate_kind, gate_mode,
+                      gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, padding, stream) -> list:
+    return _replayssm.planned_decode(
+        (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices, write_pos,
+         force_flush, overflow), scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows,
+        backend, padding, stream)
+
+
 def _fake(*args) -> None:
     return None
 
 
+compiled = False  # the extension's kernels run replayssm_decode (rssm.torch_ext)
+
 if _HAVE_OPS:
     _library = torch.library.Library("rssm", "FRAGMENT")
+    for _name in ("replayssm_decode", "replayssm_materialise", "replayssm_advance"):
+        _library.define(_name + _SCHEMAS[_name], tags=(torch.Tag.pt2_compliant_tag,))
+        torch.library.register_fake(f"rssm::{_name}", _fake, lib=_library)
+    _library.define("_replayssm_decode_plan" + _SCHEMAS["_replayssm_decode_plan"])
+    _library.impl("_replayssm_decode_plan", _decode_plan_impl, "CompositeExplicitAutograd")
+    from . import torch_ext
+    compiled = torch_ext.load()
     for _name, _impl in (("replayssm_decode", _decode_impl), ("replayssm_materialise", _materialise_impl),
                          ("replayssm_advance", _advance_impl)):
-        _library.define(_name + _SCHEMAS[_name], tags=(torch.Tag.pt2_compliant_tag,))
-        _library.impl(_name, _impl, "CompositeExplicitAutograd")
-        torch.library.register_fake(f"rssm::{_name}", _fake, lib=_library)
+        if not (compiled and _name == "replayssm_decode"):
+            _library.impl(_name, _impl, "CompositeExplicitAutograd")
     _decode_op = torch.ops.rssm.replayssm_decode.default
     _materialise_op = torch.ops.rssm.replayssm_materialise.default
     _advance_op = torch.ops.rssm.replayssm_advance.default

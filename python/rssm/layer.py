@@ -710,22 +710,38 @@ def _capturing(device: int | None) -> bool:
         return torch.cuda.is_current_stream_capturing()
 
 
-def layer_for(desc: LayerDesc, backend_name: str | Backend, device: int | None = None) -> Layer:
+def layer_for(desc: LayerDesc, backend_name: str | Backend, device: int | None = None,
+              stream: int | None = None) -> Layer:
     """The cached Layer for this description on this backend and device (a
-    CUDA ordinal: the call's arrays', one_device; None: the default).
+    CUDA ordinal: the call's arrays', one_device; None: the default), and
+    stream.
 
-    One per description, not per stream: rssm.h asks that one layer's
-    launches be ordered, which an engine's one decode stream and the CUDA
-    graphs it captures and replays there are. (Keyed by stream, a capture,
-    which torch runs on a side stream, would need a new layer object, and
-    creating one allocates, which a capture forbids.) Code that runs layers
-    on concurrent streams makes its own Layer per stream."""
+    The Python path asks for one per description (stream None), not per
+    stream: rssm.h asks that one layer's launches be ordered, which an
+    engine's one decode stream and the CUDA graphs it captures and replays
+    there are. (Keyed by stream, a capture, which torch runs on a side
+    stream, would need a new layer object, and creating one allocates,
+    which a capture forbids.) Code that runs layers on concurrent streams
+    makes its own Layer per stream.
+
+    The compiled torch extension asks for one per stream (an int: the
+    stream's handle, 0 for the legacy default stream and on the cpu
+    backend), as rssm.h asks of concurrent streams. A capture on a stream
+    that has none then takes the layer another stream of the extension
+    made for this description (the warm-up's), whose launches the graph's
+    replays must be ordered with, as torch.cuda.graph's are on the stream
+    that replays it."""
     b = backend(backend_name, device)
-    key = (b.requested, b.requested_device, desc)
+    key = (b.requested, b.requested_device, desc, stream)
     with _lock:
         layer = _layers.get(key)
     if layer is None:
         if b.memory == "cuda" and _capturing(b.device_index):
+            if stream is not None:
+                with _lock:
+                    layer = next((l for k, l in _layers.items() if k[:3] == key[:3] and k[3] is not None), None)
+                if layer is not None:
+                    return layer
             raise RuntimeError(
                 "rssm: this call would create its layer object (device memory) during CUDA graph capture; run "
                 f"the step once before capturing, with the same shapes and batch size class ({desc.max_rows} rows)")

@@ -118,6 +118,15 @@ def fused_recurrent_gated_delta_rule_replayssm(
     the profiler, tensor subclasses); otherwise an eager call goes to C
     directly, on torch's current stream (a CUDA graph capture's too).
     Returns out."""
+    ops = torch_ops_for(mixed_qkv)
+    if ops is not None and ops.compiled:  # the extension's kernel does the rest (rssm.torch_ext)
+        if stream is not None:
+            raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
+        ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
+                   ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
+                   gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
+                   int(ring_len or 0), int(max_rows or 0), backend or "", padding)
+        return out
     arrays = (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
               write_pos, force_flush, overflow)
     watching = _arrays.torch_watching()
@@ -131,7 +140,6 @@ def fused_recurrent_gated_delta_rule_replayssm(
             call = key = None
         if call is not None and call(arrays):
             return out
-    ops = torch_ops_for(mixed_qkv)
     if ops is not None:
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
@@ -173,11 +181,30 @@ def _stream_handle(stream):
     return None if stream is None else _stream(stream, (), "cuda")
 
 
+def planned_decode(arrays, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend,
+                   padding, layer_stream) -> list:
+    """The compiled extension's first call of a description on a stream
+    (rssm.torch_ext, through the op rssm::_replayssm_decode_plan): the call
+    on the Python path, on the layer object of `layer_stream` (the stream
+    as an int, 0 for the legacy default and the cpu backend), and the plan
+    the extension keeps, as ints: the layer's handle, the rows and (arg,
+    offset, itemsize) per pointer of rssm_layer_tensors (arg -1: NULL).
+    Empty where arguments are converted: such calls take this path each
+    time, as rssm._prepared keeps none of them."""
+    plan = _decode(arrays, None, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows,
+                   backend, padding, None, layer_stream)
+    if any(c is not None for c in plan.converts):
+        return []
+    fields = [(-1, 0, 0) if f is None else (f.arg, f.offset, f.itemsize) for f in plan.fields]
+    return [plan.layer._h.value, plan.rows, *(n for f in fields for n in f)]
+
+
 def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend,
-            padding, stream) -> None:
+            padding, stream, layer_stream=None) -> _prepared.Plan:
     """Reads the arrays, finds (or makes) the plan for their description,
     binds their addresses and launches; then keeps the bound call for
-    `key` (None: keep nothing) in rssm._prepared."""
+    `key` (None: keep nothing) in rssm._prepared. `layer_stream`: the
+    stream whose layer object the call takes (rssm.layer.layer_for)."""
     dl_stream = _stream_handle(stream)
     infos = tuple(None if x is None else array_info(x, n, dl_stream) for x, n in zip(arrays, _NAMES))
     plan_key = None
@@ -188,7 +215,7 @@ def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l
     plan = None if plan_key is None else _prepared.plans.get(plan_key)
     if plan is None:
         plan = _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len,
-                     max_rows, backend, padding)
+                     max_rows, backend, padding, layer_stream)
         if plan_key is not None:
             _prepared.remember(_prepared.plans, plan_key, plan, _prepared.MAX_PLANS)
     tensors, read = plan.bind(infos)
@@ -201,6 +228,7 @@ def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l
         if dev is not None:
             torch_stream = _arrays.torch_ops.current_stream_reader(dev.device_index)
     _prepared.prepare(key, plan, arrays, infos, tensors, st, torch_stream)
+    return plan
 
 
 def _pool(state: ArrayInfo, ring_d: ArrayInfo, ring_k: ArrayInfo, ring_g: ArrayInfo, gate_kind: str,
@@ -246,10 +274,11 @@ def _backend_memory(backend, device: str) -> tuple:
     return name, "cuda" if name.startswith("cuda") else "cpu" if name.startswith("cpu") else None
 
 
-def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, padding):
+def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend, padding,
+          layer_stream=None):
     """Every check of a call, on its arrays as read (`infos`), and the
-    layer object for its description, as an rssm._prepared.Plan: what later
-    calls with the same description skip."""
+    layer object for its description (and `layer_stream`), as an
+    rssm._prepared.Plan: what later calls with the same description skip."""
     if gate_mode not in _lib.GATE_MODES:
         raise ValueError(f"gate_mode {gate_mode!r}: expected one of {sorted(_lib.GATE_MODES)}")
     _check_padding(padding)
@@ -307,7 +336,7 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     run = prepare_run(desc, backend_name, memory, device=device, q=q, k=k, v=v, gate=gate, beta=beta, out=out_i,
                       state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos,
                       force=force, A_log=A_log_i, dt_bias=dt_bias_i, overflow=overflow)
-    layer = layer_for(desc, backend_name, device)
+    layer = layer_for(desc, backend_name, device, layer_stream)
     read = (qkv, gate, beta, A_log_i, dt_bias_i, state, ring_d, ring_k, ring_g, out_i, idx, wpos, force, overflow)
     fields = []
     for name, arg in _FIELDS:

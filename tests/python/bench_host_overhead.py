@@ -170,13 +170,15 @@ def main(argv=None) -> int:
         op = torch.ops.rssm.replayssm_decode.default
         op_args = (t["mixed_qkv"], t["a"], t["b"], t["A_log"], t["dt_bias"], t["initial_state"], t["d_cache"],
                    t["k_cache"], t["g_cache"], t["out"], t["ssm_state_indices"], t["write_pos"], None, None, 0.0,
-                   "gdn", "raw", 0.0, True, 0, 0, backend)
+                   "gdn", "raw", 0.0, True, 0, 0, backend, "out_of_range")
         paths.append(("torch op", lambda: op(*op_args)))
 
     versions = f"Python {sys.version.split()[0]}, numpy {np.__version__}"
     if "torch" in sys.modules:
         versions += f", torch {sys.modules['torch'].__version__}"
     print(f"rssm {rssm.__version__} ({rssm.library_path()}), {versions}")
+    if opts.arrays == "torch":
+        print(f"torch extension: {rssm.torch_extension_status()}")
     print(f"{opts.arrays} arrays on {device}, backend {backend} (RSSM_CPU_THREADS={os.environ['RSSM_CPU_THREADS']}): "
           f"H={H} HV={HV} K={K} V={V} L={L} slots={SLOTS} B={opts.batch}; median (min) of "
           f"{opts.repeats} x {opts.calls} calls")

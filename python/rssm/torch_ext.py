@@ -1,0 +1,185 @@
+"""The compiled torch extension (csrc/torch_ext.cpp): the CPU and CUDA
+kernels of rssm::replayssm_decode in C++, so that an eager call goes from
+torch's dispatcher to rssm_layer_run with no Python on the way
+(docs/python.md, "The compiled torch extension").
+
+A torch extension is tied to the torch it was compiled against (its C++
+ABI), so it is not in the wheel: it is built on the user's machine,
+against the torch installed there, by `python -m rssm.torch_ext build`
+(a C++ compiler and torch's headers), into a folder named
+by what it depends on (torch's version and build, the source, rssm.h), and
+loaded from there when rssm registers its torch ops. Without it the ops run
+their Python implementations (ctypes), which do the same, slower;
+rssm.torch_extension_status() says which. RSSM_TORCH_EXT=off never loads
+it; RSSM_TORCH_EXT=build builds it, when absent, on registration.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from . import _lib, _prepared
+
+NAME = "rssm_torch_ext"
+_HERE = Path(__file__).resolve().parent
+SOURCE = _HERE / "csrc" / "torch_ext.cpp"
+
+status = "not loaded"   # what torch_extension_status() says
+loaded: ctypes.CDLL | None = None
+
+
+def _header_dir() -> Path | None:
+    """rssm.h: installed in the package by a wheel (CMakeLists.txt), or the
+    repository's include/ beside python/."""
+    for d in (_HERE / "include", _HERE.parent.parent / "include"):
+        if (d / "rssm.h").is_file():
+            return d
+    return None
+
+
+def _cuda_include() -> Path | None:
+    """CUDA's headers (cuda_runtime_api.h, which torch's c10/cuda headers
+    include): the toolkit's, else the ones pip's nvidia packages carry."""
+    roots = [os.environ.get(v) for v in ("CUDA_HOME", "CUDA_PATH")] + ["/usr/local/cuda"]
+    dirs = [Path(r) / "include" for r in roots if r]
+    for site in map(Path, sys.path):
+        dirs += [site / "nvidia" / "cu13" / "include", site / "nvidia" / "cuda_runtime" / "include"]
+    return next((d for d in dirs if (d / "cuda_runtime_api.h").is_file()), None)
+
+
+def _with_cuda() -> bool:
+    return torch.version.cuda is not None and (Path(torch.__file__).parent / "lib" / "libc10_cuda.so").is_file()
+
+
+def build_dir() -> Path:
+    """Where the extension for this torch and these sources lives:
+    $RSSM_TORCH_EXT_DIR, else ~/.cache/rssm/torch_ext (XDG_CACHE_HOME), in a
+    folder per torch build and source."""
+    h = hashlib.sha256()
+    for part in (torch.__version__, torch.version.git_version, str(torch.version.cuda), str(_with_cuda())):
+        h.update(part.encode() + b"\0")
+    header = _header_dir()
+    for f in (SOURCE, header / "rssm.h" if header else None):
+        h.update(f.read_bytes() if f else b"")
+    root = os.environ.get("RSSM_TORCH_EXT_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
+        / "rssm" / "torch_ext"
+    return Path(root) / f"torch-{torch.__version__}-{h.hexdigest()[:12]}"
+
+
+def library_file() -> Path:
+    return build_dir() / f"{NAME}.so"
+
+
+def build(verbose: bool = False) -> Path:
+    """Compiles the extension against this torch (about 10 s on two cores)
+    with $CXX (default c++), one command for one source, so no ninja is
+    needed; returns the library's path. Raises where it cannot (no
+    compiler, no CUDA headers for a torch with CUDA)."""
+    import subprocess
+    import tempfile
+
+    from torch.utils import cpp_extension
+
+    header = _header_dir()
+    if header is None:
+        raise RuntimeError(f"rssm: rssm.h is neither in {_HERE / 'include'} nor in the repository's include/")
+    flags = ["-O2", "-std=c++17", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+             f"-I{header}"] + [f"-I{d}" for d in cpp_extension.include_paths()]
+    libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
+    if _with_cuda():
+        # Only torch's current-stream call needs CUDA, through its headers
+        # (cudaStream_t): nothing is compiled by nvcc.
+        inc = _cuda_include()
+        if inc is None:
+            raise RuntimeError(f"rssm: torch has CUDA {torch.version.cuda}, but no cuda_runtime_api.h was found "
+                               "(set CUDA_HOME to the CUDA toolkit)")
+        flags += ["-DRSSM_TORCH_CUDA", f"-I{inc}"]
+        libs += ["-lc10_cuda"]
+    out = build_dir()
+    out.mkdir(parents=True, exist_ok=True)
+    target = out / f"{NAME}.so"
+    with tempfile.NamedTemporaryFile(dir=out, suffix=".so", delete=False) as tmp:
+        pass
+    cmd = [os.environ.get("CXX", "c++"), *flags, str(SOURCE), "-o", tmp.name,
+           f"-L{Path(torch.__file__).parent / 'lib'}", *libs]
+    if verbose:
+        print(" ".join(cmd), flush=True)
+    try:
+        subprocess.run(cmd, check=True)
+        os.replace(tmp.name, target)  # whole or not at all, for processes that load it meanwhile
+    finally:
+        if os.path.exists(tmp.name):
+            os.unlink(tmp.name)
+    return target
+
+
+def load() -> bool:
+    """Loads the extension (building it first under RSSM_TORCH_EXT=build)
+    and binds it to the librssm the package loaded; True when its kernels
+    are registered. Sets `status`."""
+    global status, loaded
+    mode = os.environ.get("RSSM_TORCH_EXT", "auto").lower()
+    if mode not in ("auto", "build", "off"):
+        status = f"off (RSSM_TORCH_EXT={mode!r}: expected auto, build or off)"
+        return False
+    if mode == "off":
+        status = "off (RSSM_TORCH_EXT=off): the torch ops run their Python implementations (ctypes)"
+        return False
+    path = library_file()
+    if not path.is_file():
+        if mode != "build":
+            status = (f"not built for torch {torch.__version__}: the torch ops run their Python implementations "
+                      "(ctypes); build it with `python -m rssm.torch_ext build`")
+            return False
+        try:
+            path = build()
+        except Exception as e:  # noqa: BLE001 (any failure of the compiler: the Python path still works)
+            status = f"build failed ({type(e).__name__}: {e}): the torch ops run their Python implementations"
+            return False
+    lib_path = str(_lib.library_path())
+    _lib.lib()  # loaded first: the extension binds to this very library
+    torch.ops.load_library(str(path))
+    loaded = ctypes.CDLL(str(path))
+    msg = ctypes.create_string_buffer(512)
+    if loaded.rssm_torch_ext_bind(lib_path.encode(), msg, len(msg)):
+        raise ImportError(f"rssm: {path}: {msg.value.decode(errors='replace')}")
+    _prepared.on_clear.append(loaded.rssm_torch_ext_forget)
+    kernels = "CPU and CUDA" if _with_cuda() else "CPU"
+    status = f"loaded: {path} ({kernels} kernels of rssm::replayssm_decode)"
+    return True
+
+
+def counts() -> dict:
+    """The extension's calls that found their plan, those that took the
+    Python path, and the plans it keeps."""
+    c = (ctypes.c_uint64 * 3)()
+    loaded.rssm_torch_ext_counts(c)
+    return dict(hits=c[0], misses=c[1], plans=c[2])
+
+
+def main(argv=None) -> int:
+    """python -m rssm.torch_ext [build|status]: builds the extension for
+    this torch (when absent; --force: again), then says what rssm loads."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="python -m rssm.torch_ext", description=main.__doc__)
+    ap.add_argument("command", choices=("build", "status"), nargs="?", default="status")
+    ap.add_argument("--force", action="store_true", help="build even where a build exists")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args(argv)
+    if args.command == "build" and (args.force or not library_file().is_file()):
+        print(f"building {library_file()} against torch {torch.__version__}", flush=True)
+        build(verbose=args.verbose)
+    import rssm
+    print(rssm.torch_extension_status())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

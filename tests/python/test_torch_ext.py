@@ -1,0 +1,237 @@
+"""The compiled torch extension (rssm.torch_ext): rssm::replayssm_decode's
+C++ kernels against the Python path (ctypes) bit for bit, the errors they
+raise (the Python path's), the plans they keep per stream and forget with
+rssm.clear_cache(), and the fallback when the extension is absent or off.
+
+The extension is built by `python -m rssm.torch_ext build` (tools: a C++
+compiler and ninja, against the torch installed); the tests that need it
+skip, saying why, where it is not loaded. Skipped without torch."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import rssm  # noqa: E402
+from rssm import replayssm  # noqa: E402
+from test_decode import Engine  # noqa: E402
+from test_torch import as_torch, needs_cuda  # noqa: E402
+
+STATUS = rssm.torch_extension_status()
+LOADED = STATUS.startswith("loaded")
+needs_ext = pytest.mark.skipif(not LOADED, reason=f"the torch extension: {STATUS}")
+
+
+def counts():
+    from rssm import torch_ext
+    return torch_ext.counts()
+
+
+def step_arrays(e, rng, B, idx, dev, strided):
+    """A step's inputs as torch tensors on `dev`; with `strided`, mixed_qkv a
+    column window of a wider buffer (q, k, v read at its row stride)."""
+    mixed, a, b = e.inputs(B)
+    if strided:
+        wide = np.zeros((B, mixed.shape[1] + 8), np.float32)
+        wide[:, 4:4 + mixed.shape[1]] = mixed
+        m = torch.from_numpy(wide).to(dev)[:, 4:4 + mixed.shape[1]]
+    else:
+        m = torch.from_numpy(mixed).to(dev)
+    pad = (idx < 0) | (idx >= e.slots)
+    write_pos = np.where(pad, 0, e.cursor[np.clip(idx, 0, e.slots - 1)]).astype(np.int32)
+    force = (rng.random(B) < 0.25).astype(np.int32)
+    return dict(m=m, a=torch.from_numpy(a).to(dev), b=torch.from_numpy(b).to(dev),
+                idx=torch.from_numpy(idx).to(dev), write_pos=torch.from_numpy(write_pos).to(dev),
+                force=torch.from_numpy(force).to(dev)), write_pos, force
+
+
+def twin_run(gate_kind, dev, backend, steps=14, B=4, strided=False):
+    """The same steps on two engines: one through the op (the extension's
+    kernel), one through rssm.replayssm.decode (ctypes, no op); returns
+    both engines' tensors and the outputs of every step."""
+    ea, eb = Engine(np.random.default_rng(3), gate_kind=gate_kind), Engine(np.random.default_rng(3), gate_kind=gate_kind)
+    ta = {n: x.to(dev) for n, x in as_torch(ea).items()}
+    tb = {n: x.to(dev) for n, x in as_torch(eb).items()}
+    rng = np.random.default_rng(4)
+    outs = []
+    for it in range(steps):
+        idx = rng.choice(ea.slots, B, replace=False).astype(np.int32)
+        if it % 3 == 1:
+            idx[0] = -1  # a padding row
+        s, write_pos, force = step_arrays(ea, rng, B, idx, dev, strided)
+        oa = torch.full((B, ea.HV, ea.V), 7.0, device=dev)
+        ob = oa.clone()
+        for t, o, run in ((ta, oa, rssm.fused_recurrent_gated_delta_rule_replayssm), (tb, ob, replayssm.decode)):
+            run(s["m"], s["a"], s["b"], t["A_log"], t["dt_bias"], None, t["initial_state"], t["d_cache"],
+                t["k_cache"], t["g_cache"], o, s["idx"], s["write_pos"], s["force"], gate_kind=gate_kind,
+                backend=backend)
+        outs.append((oa, ob))
+        flush = (write_pos == ea.L - 1) | (force != 0)
+        keep = idx >= 0
+        ea.cursor[idx[keep]] = np.where(flush[keep], 0, write_pos[keep] + 1)
+    return ta, tb, outs
+
+
+@needs_ext
+@pytest.mark.parametrize("strided", [False, True])
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_matches_the_python_path_bit_for_bit(gate_kind, strided):
+    before = counts()
+    ta, tb, outs = twin_run(gate_kind, "cpu", "cpu", strided=strided)
+    for oa, ob in outs:
+        assert torch.equal(oa, ob)
+    for n in ("initial_state", "d_cache", "k_cache", "g_cache"):
+        np.testing.assert_array_equal(ta[n].numpy(), tb[n].numpy(), err_msg=n)  # unused ring entries: NaN both
+    after = counts()
+    assert after["hits"] - before["hits"] >= len(outs) - 2, "the kernel took its cached plan"
+
+
+@needs_ext
+def test_kernels_registered():
+    for key in ("CPU",) + (("CUDA",) if "CUDA" in STATUS else ()):
+        assert torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_decode", key), key
+    # the other ops keep their Python implementations
+    assert not torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_advance", "CPU")
+
+
+def one_call_args(e, B=2, **over):
+    t = as_torch(e)
+    mixed, a, b = (torch.from_numpy(x) for x in e.inputs(B))
+    args = dict(mixed_qkv=mixed, a=a, b=b, A_log=t["A_log"], dt_bias=t["dt_bias"], scale=None,
+                initial_state=t["initial_state"], d_cache=t["d_cache"], k_cache=t["k_cache"], g_cache=t["g_cache"],
+                out=torch.empty(B, e.HV, e.V), ssm_state_indices=torch.tensor([1, 3][:B], dtype=torch.int32),
+                write_pos=torch.zeros(B, dtype=torch.int32))
+    args.update(over)
+    return args
+
+
+@needs_ext
+def test_errors_are_the_python_paths():
+    """A wrong call raises what the Python path raises, naming the argument,
+    on its first call and on one whose layout has a cached plan."""
+    e = Engine(np.random.default_rng(40))
+    entry = rssm.fused_recurrent_gated_delta_rule_replayssm
+    with pytest.raises(ValueError, match=r"out has shape \[2, 33\]"):
+        entry(**one_call_args(e, out=torch.empty(2, 33)))
+    with pytest.raises(TypeError, match="initial_state is fp16"):
+        entry(**one_call_args(e, initial_state=torch.zeros(e.slots, e.HV, e.V, e.K, dtype=torch.float16)))
+    with pytest.raises(ValueError, match="gate_mode 'softplus'"):
+        entry(**one_call_args(e), gate_mode="softplus")
+    # A value rssm refuses on the cpu backend, after the plan is cached: the
+    # C++ call fails, the Python path raises rssm.Error with rssm's message.
+    entry(**one_call_args(e))
+    kept = counts()["hits"]
+    entry(**one_call_args(e))
+    assert counts()["hits"] == kept + 1
+    with pytest.raises(rssm.Error) as got:
+        entry(**one_call_args(e, write_pos=torch.tensor([0, e.L], dtype=torch.int32)))
+    with pytest.raises(rssm.Error) as want:
+        replayssm.decode(**one_call_args(e, write_pos=torch.tensor([0, e.L], dtype=torch.int32)))
+    assert (got.value.function, got.value.status_name, got.value.message) == \
+        (want.value.function, want.value.status_name, want.value.message)
+    assert "write_pos" in got.value.message
+
+
+@needs_ext
+def test_converted_arguments_take_the_python_path_each_time():
+    """bool force_flush is converted per call (rssm._prepared keeps no such
+    call): the extension keeps no plan for it, and the results still match."""
+    e = Engine(np.random.default_rng(41))
+    rssm.clear_cache()
+    for _ in range(3):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e), force_flush=torch.tensor([True, False]))
+    assert counts()["plans"] == 0
+
+
+@needs_ext
+def test_clear_cache_forgets_the_plans():
+    e = Engine(np.random.default_rng(42))
+    rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))
+    assert counts()["plans"] >= 1
+    rssm.clear_cache()
+    assert counts()["plans"] == 0
+    rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))  # a new layer object
+    assert counts()["plans"] == 1
+
+
+@needs_ext
+def test_opcheck_on_the_kernel():
+    e = Engine(np.random.default_rng(43))
+    for r in e.d_cache, e.k_cache, e.g_cache:
+        r[...] = 0.0
+    a = one_call_args(e)
+    args = (a["mixed_qkv"], a["a"], a["b"], a["A_log"], a["dt_bias"], a["initial_state"], a["d_cache"], a["k_cache"],
+            a["g_cache"], a["out"], a["ssm_state_indices"], a["write_pos"], None, None, 0.0, "gdn", "raw", 0.0, True,
+            0, 0, "", "out_of_range")
+    torch.library.opcheck(torch.ops.rssm.replayssm_decode.default, args)
+
+
+def status_in_subprocess(env: dict) -> str:
+    code = "import torch, rssm; print(rssm.torch_extension_status())"
+    full = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-c", code], env=full, check=True, capture_output=True,
+                          text=True).stdout.strip()
+
+
+def test_fallback_says_so(tmp_path: Path):
+    """Off, or not built: the ops run their Python implementations, and the
+    status says why and how to build."""
+    assert status_in_subprocess({"RSSM_TORCH_EXT": "off"}).startswith("off (RSSM_TORCH_EXT=off)")
+    s = status_in_subprocess({"RSSM_TORCH_EXT": "auto", "RSSM_TORCH_EXT_DIR": str(tmp_path)})
+    assert s.startswith("not built for torch") and "python -m rssm.torch_ext build" in s
+
+
+def test_fallback_runs_the_python_implementation(tmp_path: Path):
+    code = "\n".join([
+        "import sys; sys.path.insert(0, %r)" % str(Path(__file__).parent),
+        "import numpy as np, torch, rssm",
+        "from test_torch_ext import one_call_args, Engine",
+        "assert not torch._C._dispatch_has_kernel_for_dispatch_key('rssm::replayssm_decode', 'CPU')",
+        "e = Engine(np.random.default_rng(0))",
+        "rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))",
+        "a = one_call_args(e)",
+        "torch.ops.rssm.replayssm_decode(a['mixed_qkv'], a['a'], a['b'], a['A_log'], a['dt_bias'],"
+        " a['initial_state'], a['d_cache'], a['k_cache'], a['g_cache'], a['out'], a['ssm_state_indices'],"
+        " a['write_pos'], None, None, 0.0, 'gdn', 'raw', 0.0, True, 0, 0, '', 'out_of_range')",
+    ])
+    env = dict(os.environ, RSSM_TORCH_EXT="auto", RSSM_TORCH_EXT_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    subprocess.run([sys.executable, "-c", code], env=env, check=True)
+
+
+@needs_ext
+@needs_cuda
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_cuda_matches_the_python_path_bit_for_bit(gate_kind):
+    ta, tb, outs = twin_run(gate_kind, "cuda", "cuda", strided=True)
+    torch.cuda.synchronize()
+    for oa, ob in outs:
+        assert torch.equal(oa, ob)
+    for n in ("initial_state", "d_cache", "k_cache", "g_cache"):
+        np.testing.assert_array_equal(ta[n].cpu().numpy(), tb[n].cpu().numpy(), err_msg=n)
+
+
+@needs_ext
+@needs_cuda
+def test_one_layer_object_per_stream():
+    """rssm.h: launches of one layer object must be ordered; the kernel takes
+    the layer object of torch's current stream, one per stream."""
+    from rssm import layer as layer_mod
+
+    rssm.clear_cache()
+    e = Engine(np.random.default_rng(44))
+    a = {n: (x.cuda() if isinstance(x, torch.Tensor) else x) for n, x in one_call_args(e).items()}
+    s1, s2 = torch.cuda.Stream(), torch.cuda.Stream()
+    for s in (s1, s2, s1):
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            rssm.fused_recurrent_gated_delta_rule_replayssm(**a)
+        torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    streams = {k[3] for k in layer_mod._layers}
+    assert streams == {s1.cuda_stream, s2.cuda_stream}
+    assert counts()["plans"] == 2
