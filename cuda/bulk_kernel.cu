@@ -48,6 +48,13 @@
 
 #include "bulk_common.cuh"
 
+/* Code for a target before sm_90 leaves the kernel's body out (a trap:
+ * RSSM_CUDA_SM90), and with it every use of the device-side constants and
+ * helpers below: nvcc's "declared but never referenced" does not apply. */
+#if !RSSM_CUDA_SM90
+#pragma nv_diag_suppress 177
+#endif
+
 namespace {
 
 using namespace rssm_bulk;
@@ -332,6 +339,12 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
 template <int ST, int RT, bool RING, bool KDA, bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 {
+#if !RSSM_CUDA_SM90
+    /* Code for a target before sm_90 has no bulk copies: never launched
+     * there (rssm_cuda_bulk_attributes), and a trap should it ever be. */
+    (void)a;
+    __trap();
+#else
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *stages = smem;
     uint8_t *coef = smem + kSmemStages;
@@ -394,6 +407,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
         }
         bar_arrive(&cempty[b]);
     }
+#endif
 }
 
 using BulkFn = void (*)(const BArgs);
@@ -478,6 +492,11 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(units < grid ? units : grid);
     return cudaSuccess;
+}
+
+extern "C" cudaError_t rssm_cuda_bulk_attributes(cudaFuncAttributes *a)
+{
+    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kBulk[0][0][0]));
 }
 
 extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,

@@ -11,9 +11,11 @@
  * static library links into C programs with the CUDA runtime alone.
  */
 #include "rssm_cuda.h"
+#include "rssm_cuda_build.h" /* RSSM_CUDA_TARGETS */
 
 extern "C" {
 #include "backend.h"
+#include "cuda_targets.h"
 #include "error.h"
 #include "timing.h"
 }
@@ -33,6 +35,7 @@ struct CudaCtx {
     char variant[32];
     int kernel; /* RSSM_CUDA_KERNEL_* the variant asks for; -1: the plan's choice */
     int sm_limit; /* rssm_backend_limit_sms: 0, or the multiprocessors plans are made for */
+    rssm_cuda_kernels kernels; /* what the code CUDA loaded on the device may launch */
 };
 
 /* The multiprocessors a plan is made for: the device's, or fewer under
@@ -130,15 +133,26 @@ int variant_kernel(const char *variant)
     return -2;
 }
 
-/* Why `kernel` (RSSM_CUDA_KERNEL_*, or -1 for the plan's choice) cannot run
- * `p`, or NULL: the one place that decides which kernel may run what, for
- * cuda_supports and batch_build alike. The pipeline kernel and the plan's
- * choice run whatever rssm_cuda_unsupported accepts. */
-const char *kernel_refusal(int kernel, const rssm_kernel_params *p, size_t smem_limit)
+/* What the plans of this context may use: what the device's code has. */
+uint32_t plan_allow(const CudaCtx *c)
 {
-    const char *why = rssm_cuda_unsupported(p, smem_limit);
+    return (c->kernels.bulk ? RSSM_CUDA_ALLOW_BULK : 0u) | (c->kernels.pdl ? RSSM_CUDA_ALLOW_PDL : 0u);
+}
+
+/* Why the context's kernel (c->kernel: RSSM_CUDA_KERNEL_*, or -1 for the
+ * plan's choice) cannot run `p`, or NULL: the one place that decides which
+ * kernel may run what, for cuda_supports and batch_build alike. The
+ * pipeline kernel and the plan's choice run whatever rssm_cuda_unsupported
+ * accepts (the plan picks among the kernels the device's code has); the
+ * bulk kernel needs its sm_90 code on the device (cuda_targets.h). */
+const char *kernel_refusal(const CudaCtx *c, const rssm_kernel_params *p)
+{
+    const int kernel = c->kernel;
+    const char *why = rssm_cuda_unsupported(p, c->prop.sharedMemPerBlockOptin);
     if (why)
         return why;
+    if (kernel == (int)RSSM_CUDA_KERNEL_BULK && !c->kernels.bulk)
+        return c->kernels.why_not;
     if (kernel == (int)RSSM_CUDA_KERNEL_BULK && !rssm_cuda_bulk_supported(p))
         return "the bulk kernel takes K a multiple of 32 up to 128, V a multiple of a stage's rows (32 for "
                "fp32 state, 64 for bf16), fp32 or bf16 state, rings of at most 16 entries whose d entries "
@@ -148,8 +162,46 @@ const char *kernel_refusal(int kernel, const rssm_kernel_params *p, size_t smem_
     return NULL;
 }
 
-/* The kernels are built for sm_90a with compute_90 PTX: Hopper or newer. */
-const char kNeed[] = "of compute capability 9.0 or newer (the kernels are built for Hopper, sm_90)";
+/* The device choice's refusal, with the capability of each device, since
+ * the targets alone do not say which device fell short. */
+rssm_status refuse_devices(rssm_status st, const int *cc, int count, rssm_error *err)
+{
+    if (st != RSSM_ERR_UNAVAILABLE || !err)
+        return st;
+    char list[256];
+    size_t len = 0;
+    list[0] = '\0';
+    for (int i = 0; i < count && len < sizeof list; ++i) {
+        const int w = snprintf(list + len, sizeof list - len, "%s%d: %d.%d", i ? ", " : "", i, cc[i] / 10, cc[i] % 10);
+        len += w > 0 ? (size_t)w : 0u;
+    }
+    char msg[sizeof err->message];
+    snprintf(msg, sizeof msg, "%s", err->message);
+    return rssm_set_error(err, st, "%s; this process's devices by compute capability: %s", msg, list);
+}
+
+/* What CUDA loaded of each kernel file on the current device (the
+ * rssm_cuda_part order), 0 where it has none; the first error in
+ * *first_error. */
+void device_code(rssm_cuda_code code[RSSM_CUDA_PARTS], cudaError_t *first_error)
+{
+    cudaError_t (*const query[RSSM_CUDA_PARTS])(cudaFuncAttributes *) = {
+        rssm_cuda_pipeline_attributes, rssm_cuda_bulk_attributes, rssm_cuda_window_bulk_attributes,
+        rssm_cuda_window_attributes};
+    *first_error = cudaSuccess;
+    for (int i = 0; i < RSSM_CUDA_PARTS; ++i) {
+        cudaFuncAttributes a;
+        memset(&a, 0, sizeof a);
+        const cudaError_t e = query[i](&a);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            if (*first_error == cudaSuccess)
+                *first_error = e;
+        }
+        code[i].ptx_version = e == cudaSuccess ? a.ptxVersion : 0;
+        code[i].binary_version = e == cudaSuccess ? a.binaryVersion : 0;
+    }
+}
 
 rssm_status cuda_create(const char *variant, int device, void **out, rssm_error *err)
 {
@@ -164,20 +216,37 @@ rssm_status cuda_create(const char *variant, int device, void **out, rssm_error 
                               e != cudaSuccess ? cudaGetErrorString(e) : "device count is 0");
     }
     /* The device asked for (a tensor-parallel rank's own GPU), else
-     * RSSM_CUDA_DEVICE, else the first that qualifies: device.h's rule. */
+     * RSSM_CUDA_DEVICE, else the first that qualifies: device.h's rule.
+     * A device qualifies when the build has code it runs, by the targets
+     * alone: asking CUDA about the code would start a context on every
+     * device (an engine's rank would on every GPU). What the chosen one
+     * loaded is asked below. */
     bool *capable = static_cast<bool *>(calloc((size_t)count, sizeof *capable));
-    if (!capable)
+    int *cc = static_cast<int *>(calloc((size_t)count, sizeof *cc));
+    if (!capable || !cc) {
+        free(capable);
+        free(cc);
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "cuda: out of host memory");
+    }
     for (int i = 0; i < count; ++i) {
-        int major = 0;
-        capable[i] = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess && major >= 9;
+        int major = 0, minor = 0;
+        rssm_cuda_target t;
+        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, i) == cudaSuccess &&
+            cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, i) == cudaSuccess) {
+            cc[i] = 10 * major + minor;
+            capable[i] = rssm_cuda_target_for(RSSM_CUDA_TARGETS, major, minor, &t);
+        }
     }
     (void)cudaGetLastError();
+    char need[256];
+    rssm_cuda_targets_need(RSSM_CUDA_TARGETS, need, sizeof need);
     int best = -1;
-    const rssm_status chosen =
-        rssm_device_choose("cuda", device, "RSSM_CUDA_DEVICE", getenv("RSSM_CUDA_DEVICE"), count, capable, kNeed, &best,
+    rssm_status chosen =
+        rssm_device_choose("cuda", device, "RSSM_CUDA_DEVICE", getenv("RSSM_CUDA_DEVICE"), count, capable, need, &best,
                            err);
+    chosen = chosen == RSSM_OK ? chosen : refuse_devices(chosen, cc, count, err);
     free(capable);
+    free(cc);
     if (chosen != RSSM_OK)
         return chosen;
     CudaCtx *c = static_cast<CudaCtx *>(calloc(1, sizeof *c));
@@ -196,6 +265,19 @@ rssm_status cuda_create(const char *variant, int device, void **out, rssm_error 
     }
     snprintf(c->name, sizeof c->name, "%.96s (sm_%d%d, %d SMs)", c->prop.name, c->prop.major,
              c->prop.minor, c->prop.multiProcessorCount);
+    /* Which kernels may run here, from the code CUDA loaded (a Hopper GPU
+     * given compute_80 PTX alone runs code without the sm_90 parts). */
+    rssm_cuda_code code[RSSM_CUDA_PARTS];
+    cudaError_t code_error = cudaSuccess;
+    device_code(code, &code_error);
+    rssm_cuda_kernels_decide(RSSM_CUDA_TARGETS, c->prop.major, c->prop.minor, code, &c->kernels);
+    if (!c->kernels.runs) {
+        const rssm_status st = rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cuda: device %d, %s: %s: %s", best,
+                                              c->name, c->kernels.why_not, cudaGetErrorString(code_error));
+        cudaStreamDestroy(c->stream);
+        free(c);
+        return st;
+    }
     *out = c;
     return rssm_clear_error(err);
 }
@@ -253,11 +335,12 @@ void cuda_describe(void *ctx, char *buf, size_t size)
     snprintf(buf, size,
              "device %d: %.96s, compute capability %d.%d, %d SMs\n"
              "memory %.1f GiB, %d-bit bus, L2 %.1f MiB, shared memory per block up to %zu KiB\n"
-             "kernels: sm_90a machine code + compute_90 PTX; one CUDA graph per step; variant %s; "
-             "planned for %d SMs%s\n",
+             "kernels: built for %s; this device runs %s (bulk kernels: %s; programmatic dependent launch: "
+             "%s); one CUDA graph per step; variant %s; planned for %d SMs%s\n",
              c->device, p.name, p.major, p.minor, p.multiProcessorCount,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.memoryBusWidth,
-             (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024,
+             (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024, RSSM_CUDA_TARGETS,
+             c->kernels.code, c->kernels.bulk ? "yes" : "no, they need sm_90 code", c->kernels.pdl ? "yes" : "no",
              c->kernel < 0 ? "cuda (the plan's choice of kernel per batch)" : c->variant, plan_sms(c),
              plan_sms(c) < p.multiProcessorCount ? " (rssm_backend_limit_sms)" : "");
 }
@@ -269,7 +352,7 @@ rssm_status cuda_supports(void *ctx, const rssm_model *m, rssm_error *err)
     rssm_slot_layout_init(&lay, m);
     rssm_kernel_params p;
     rssm_kernel_params_init(&p, m, &lay, 1);
-    const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
+    const char *why = kernel_refusal(c, &p);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s (K = %u, V = %u, L = %u)", c->variant, why,
                               m->head_k, m->head_v, m->replay ? m->ring_len : 1u);
@@ -421,16 +504,16 @@ rssm_status batch_build(CudaCtx *c, CudaBatch *b, rssm_error *err)
     CK(cudaEventCreate(&b->start));
     CK(cudaEventCreate(&b->stop));
 
-    rssm_cuda_plan_init(&b->plan, &p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, 0, 0);
+    rssm_cuda_plan_init(&b->plan, &p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, plan_allow(c), 0, 0);
     if (c->kernel >= 0) {
-        const char *why = kernel_refusal(c->kernel, &p, c->prop.sharedMemPerBlockOptin);
+        const char *why = kernel_refusal(c, &p);
         if (why)
             return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
         b->plan.kernel = (uint32_t)c->kernel;
     }
     CK(rssm_cuda_plan_prepare(&b->plan, &p));
     if (rssm_cuda_window_supported(&p)) /* the window kernels' shared-memory limit, once */
-        CK(rssm_cuda_window_prepare(&p));
+        CK(rssm_cuda_window_prepare(&p, &b->plan));
     /* Warm-up outside capture: loads the module, checks the launch shape. */
     for (uint32_t l = 0; l < p.layers; ++l) {
         const rssm_cuda_buffers buf = batch_buffers(b, l, b->header_dev);
@@ -459,7 +542,7 @@ rssm_status cuda_batch_create(void *ctx, void *pool, const rssm_kernel_params *p
 {
     const DeviceGuard guard(static_cast<const CudaCtx *>(ctx)->device);
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
-    const char *why = kernel_refusal(c->kernel, params, c->prop.sharedMemPerBlockOptin);
+    const char *why = kernel_refusal(c, params);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
     CudaBatch *b = static_cast<CudaBatch *>(calloc(1, sizeof *b));
@@ -878,7 +961,7 @@ const char *misaligned_pointer(const rssm_kernel_params *p, const rssm_layer_io 
 rssm_status cuda_layer_check(void *ctx, const rssm_kernel_params *p, const rssm_layer_io *shape, rssm_error *err)
 {
     const CudaCtx *c = static_cast<const CudaCtx *>(ctx);
-    const char *why = kernel_refusal(c->kernel, p, c->prop.sharedMemPerBlockOptin);
+    const char *why = kernel_refusal(c, p);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: %s", c->variant, why);
     if ((why = rssm_layer_misaligned_stride(p, shape)) != NULL)
@@ -913,7 +996,7 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
     l->device = c->device;
     l->slots = shape->slots;
     l->params = *p;
-    rssm_cuda_plan_init(&l->plan, p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, 0, 0);
+    rssm_cuda_plan_init(&l->plan, p, plan_sms(c), c->prop.sharedMemPerMultiprocessor, plan_allow(c), 0, 0);
     if (c->kernel >= 0)
         l->plan.kernel = (uint32_t)c->kernel;
     /* Everything a launch needs is made here, outside any capture: the
@@ -941,7 +1024,7 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
         if (e == cudaSuccess)
             e = cudaMalloc(reinterpret_cast<void **>(&l->win_first), p->max_rows * sizeof(uint32_t));
         if (e == cudaSuccess)
-            e = rssm_cuda_window_prepare(p);
+            e = rssm_cuda_window_prepare(p, &l->plan);
     }
     if (e != cudaSuccess) {
         cuda_layer_destroy(ctx, l);

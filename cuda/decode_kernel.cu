@@ -602,7 +602,7 @@ extern "C" const char *rssm_cuda_unsupported(const rssm_kernel_params *p, size_t
 }
 
 extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int sm_count,
-                                    size_t smem_per_sm, uint32_t warps, uint32_t stages)
+                                    size_t smem_per_sm, uint32_t allow, uint32_t warps, uint32_t stages)
 {
     const uint32_t tiles = (p->head_v + 15u) / 16u;
     const uint64_t heads = (uint64_t)p->max_rows * p->num_v_heads;
@@ -639,6 +639,7 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     const uint32_t fix = p->head_k == 128u && p->head_v == 128u ? 1u : 0u;
     plan->variant = fix * 9u + state_variant(p) * 3u + p->ring_dtype;
     plan->sm_count = (int)sms;
+    plan->allow = allow;
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);
@@ -654,8 +655,8 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     if (rssm_cuda_stream_supported(p) && (p->ring_cap != 0 || heads <= 2u * sms))
         rssm_cuda_stream_plan(plan, p);
     /* The bulk kernel runs one CTA per SM over (row, value head) units:
-     * once there is a unit for every SM. */
-    if (rssm_cuda_bulk_supported(p) && heads >= sms)
+     * once there is a unit for every SM, where the device's code has it. */
+    if ((allow & RSSM_CUDA_ALLOW_BULK) != 0u && rssm_cuda_bulk_supported(p) && heads >= sms)
         plan->kernel = RSSM_CUDA_KERNEL_BULK;
 }
 
@@ -681,6 +682,11 @@ extern "C" cudaError_t rssm_cuda_plan_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(items < grid ? items : grid);
     return cudaSuccess;
+}
+
+extern "C" cudaError_t rssm_cuda_pipeline_attributes(cudaFuncAttributes *a)
+{
+    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kernel_of(0)));
 }
 
 extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const rssm_cuda_buffers *b,

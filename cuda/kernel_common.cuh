@@ -195,21 +195,46 @@ __device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t 
     }
 }
 
+/* Whether this pass of nvcc builds code for sm_90 or newer, where the
+ * kernels may use what Hopper brought: bulk copies and mbarrier transaction
+ * counts (bulk_common.cuh), programmatic dependent launch (below). Code for
+ * an older target (RSSM_CUDA_ARCHS, cuda/CMakeLists.txt) leaves those parts
+ * out: the bulk kernels' bodies become a trap, never launched, since the
+ * backend asks CUDA which code each device loaded (common/cuda_targets.h)
+ * and refuses them there. The host pass (no __CUDA_ARCH__) compiles no
+ * kernel body and sees them whole. */
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
+#define RSSM_CUDA_SM90 1
+#else
+#define RSSM_CUDA_SM90 0
+#endif
+
 /* Programmatic dependent launch (sm_90): a kernel whose results the next
  * launch needs lets it start early (pdl_launch_dependents), and the next one
  * waits where it needs them (pdl_wait), so its own loads go out meanwhile.
- * Both are no-ops for a kernel launched without the attribute. */
+ * Both are no-ops for a kernel launched without the attribute, and in code
+ * for an older target, where the host launches without it (launch_dependent). */
 __device__ __forceinline__ void pdl_launch_dependents()
 {
+#if RSSM_CUDA_SM90
     asm volatile("griddepcontrol.launch_dependents;\n" ::: "memory");
+#endif
 }
-__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;\n" ::: "memory"); }
+__device__ __forceinline__ void pdl_wait()
+{
+#if RSSM_CUDA_SM90
+    asm volatile("griddepcontrol.wait;\n" ::: "memory");
+#endif
+}
 
-/* Launches fn(a) as a programmatic dependent of the launch before it on
- * `stream` (capturable), with `smem` bytes of dynamic shared memory. */
+/* Launches fn(a) on `stream` (capturable), with `smem` bytes of dynamic
+ * shared memory: a programmatic dependent of the launch before it when
+ * `pdl`, which only code that waits at pdl_wait may be (the device's code
+ * for fn is sm_90 or newer); otherwise an ordinary launch, which starts
+ * once the one before it has finished. */
 template <typename Args>
 inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cudaStream_t stream, const Args &a,
-                                    size_t smem = 0)
+                                    bool pdl, size_t smem = 0)
 {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
@@ -219,8 +244,8 @@ inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cud
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = 1;
+    cfg.attrs = pdl ? attr : nullptr;
+    cfg.numAttrs = pdl ? 1u : 0u;
     return cudaLaunchKernelEx(&cfg, fn, a);
 }
 

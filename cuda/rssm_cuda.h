@@ -74,20 +74,40 @@ typedef struct rssm_cuda_plan {
                                    rssm_cuda_plan_prepare) */
     uint32_t smem_bytes;        /* dynamic shared memory per CTA */
     uint32_t variant;           /* which template instance (state, ring dtype) */
+    uint32_t allow;             /* RSSM_CUDA_ALLOW_*: what the device's code lets it use */
     int sm_count;
 } rssm_cuda_plan;
+
+/* What the code a device loaded lets a plan use (common/cuda_targets.h
+ * decides, from rssm_cuda_*_attributes below): the bulk kernels (the plan
+ * picks them, and the window's persistent readout beside them), and
+ * programmatic dependent launch of the window's readout. Both need code
+ * for sm_90 or newer (RSSM_CUDA_SM90, kernel_common.cuh). */
+#define RSSM_CUDA_ALLOW_BULK 1u
+#define RSSM_CUDA_ALLOW_PDL 2u
+
+/* What CUDA loaded on the current device of one kernel of each kernel file
+ * (cudaFuncGetAttributes: ptxVersion, binaryVersion), in the order of
+ * rssm_cuda_part: decode_kernel.cu, bulk_kernel.cu, window_bulk_kernel.cu,
+ * window_kernel.cu. An error (cudaErrorNoKernelImageForDevice) when the
+ * build has no code the device runs. */
+cudaError_t rssm_cuda_pipeline_attributes(struct cudaFuncAttributes *a);
+cudaError_t rssm_cuda_bulk_attributes(struct cudaFuncAttributes *a);
+cudaError_t rssm_cuda_window_bulk_attributes(struct cudaFuncAttributes *a);
+cudaError_t rssm_cuda_window_attributes(struct cudaFuncAttributes *a);
 
 /* Why the kernels cannot run `p`, or NULL when they can. `smem_limit` is the
  * device's opt-in shared memory per block. */
 const char *rssm_cuda_unsupported(const rssm_kernel_params *p, size_t smem_limit);
 
 /* Picks the kernel and launch shape for `p` on a device with `sm_count`
- * multiprocessors and `smem_per_sm` bytes of shared memory per SM: items of
+ * multiprocessors and `smem_per_sm` bytes of shared memory per SM, among
+ * what `allow` (RSSM_CUDA_ALLOW_*) permits: items of
  * 64 rows, as many CTAs per SM as fit (up to 4), then as many stages as fit;
  * smaller items when the batch is too small to fill the GPU. `warps` and `stages` override the
  * choice when not 0 (for tuning). Call rssm_cuda_unsupported first. */
 void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_params *p, int sm_count,
-                         size_t smem_per_sm, uint32_t warps, uint32_t stages);
+                         size_t smem_per_sm, uint32_t allow, uint32_t warps, uint32_t stages);
 
 /* Raises the kernel's dynamic shared-memory limit as the plan needs and sets
  * plan->grid from the occupancy it achieves; once per plan, outside stream
@@ -132,14 +152,15 @@ cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_b
  * tentative ones. b->io.overflow[r] (set to UINT32_MAX before) gets the
  * first token of row r whose entry its ring dtype could not hold. Rings of
  * up to RSSM_CUDA_STREAM_MAX_RING entries, as the stream kernels; prepare
- * before launching, outside stream capture. Two kernels: where the plan
+ * with the plan the window launches with (its kernel final), before
+ * launching, outside stream capture. Two kernels: where the plan
  * runs the bulk kernel and the window has at most 8 tokens, the persistent
  * window_bulk_kernel.cu (b->work its counters); otherwise window_kernel.cu's
  * pair (b->scratch holding rssm_cuda_window_scratch_bytes for `rows` rows of
  * `t_max` tokens). */
 int rssm_cuda_window_supported(const rssm_kernel_params *p);
 size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max);
-cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p);
+cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, const rssm_cuda_plan *plan);
 cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
                                     uint32_t t_max, cudaStream_t stream);

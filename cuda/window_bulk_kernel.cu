@@ -50,6 +50,13 @@
 #include "warp_tile.cuh"
 #include "window_common.cuh"
 
+/* Code for a target before sm_90 leaves the kernel's body out (a trap:
+ * RSSM_CUDA_SM90), and with it every use of the device-side constants and
+ * helpers below: nvcc's "declared but never referenced" does not apply. */
+#if !RSSM_CUDA_SM90
+#pragma nv_diag_suppress 177
+#endif
+
 namespace {
 
 using namespace rssm_bulk;
@@ -309,6 +316,12 @@ __device__ __forceinline__ void consume_window(const WArgs &a, const uint8_t *st
 
 template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1) window_bulk(const WArgs a)
 {
+#if !RSSM_CUDA_SM90
+    /* As the decode step's bulk kernel: never launched from code for a
+     * target before sm_90 (rssm_cuda_window_bulk_attributes). */
+    (void)a;
+    __trap();
+#else
     using B = Buf<TP>;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *stages = smem + B::kStagesAt;
@@ -370,6 +383,7 @@ template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1)
         }
         bar_arrive(&cempty[b]);
     }
+#endif
 }
 
 using WindowFn = void (*)(const WArgs);
@@ -418,6 +432,13 @@ extern "C" cudaError_t rssm_cuda_window_bulk_launch(const rssm_kernel_params *p,
     const WArgs a = window_args(p, b, drafts, rows, t_max, 1u);
     const uint32_t units = rows * p->num_v_heads, sms = sm_count > 0 ? (uint32_t)sm_count : 1u;
     const uint32_t tile = t_max <= 4u ? 0u : 1u;
+    /* Always a programmatic dependent: this kernel is launched only where
+     * its code is for sm_90 or newer, and so waits at pdl_wait. */
     return launch_dependent(window_bulk_fn(p, tile), dim3(units < sms ? units : sms), dim3(kThreads), stream, a,
-                            kWindowBulkSmem[tile]);
+                            true, kWindowBulkSmem[tile]);
+}
+
+extern "C" cudaError_t rssm_cuda_window_bulk_attributes(cudaFuncAttributes *a)
+{
+    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kWindowBulk[0][0][0]));
 }

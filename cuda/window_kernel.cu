@@ -473,13 +473,19 @@ extern "C" size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, ui
     return (size_t)rows * p->num_v_heads * t_max * kRStride * sizeof(float);
 }
 
-extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p)
+extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
 {
     if (!rssm_cuda_window_supported(p))
         return cudaErrorInvalidValue;
-    if (!rssm_cuda_window_bulk_supported(p, 1u))
+    /* the persistent readout runs only beside the bulk kernel */
+    if (plan->kernel != RSSM_CUDA_KERNEL_BULK || !rssm_cuda_window_bulk_supported(p, 1u))
         return cudaSuccess;
     return rssm_cuda_window_bulk_prepare(p);
+}
+
+extern "C" cudaError_t rssm_cuda_window_attributes(cudaFuncAttributes *a)
+{
+    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kCoef[0]));
 }
 
 extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
@@ -496,11 +502,13 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess)
         return e;
-    /* A programmatic dependent of the coefficient kernel: it loads its tiles
-     * while that runs and waits for the records at pdl_wait. Where the
-     * decode step streams on the bulk kernel (the batch gives every SM a
-     * unit), so does the readout. */
+    /* A programmatic dependent of the coefficient kernel where the code
+     * has pdl_wait (RSSM_CUDA_ALLOW_PDL): it loads its tiles while that
+     * runs and waits for the records there. Where the decode step streams
+     * on the bulk kernel (the batch gives every SM a unit), so does the
+     * readout. */
     if (plan->kernel == RSSM_CUDA_KERNEL_BULK && rssm_cuda_window_bulk_supported(p, t_max))
         return rssm_cuda_window_bulk_launch(p, b, drafts, rows, t_max, plan->sm_count, stream);
-    return launch_dependent(readout_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a);
+    return launch_dependent(readout_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a,
+                            (plan->allow & RSSM_CUDA_ALLOW_PDL) != 0u);
 }

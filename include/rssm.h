@@ -161,7 +161,8 @@ const char *rssm_backend_name_at(size_t index);
  * RSSM_CPU_THREADS=N sets the CPU backend's threads (default: online cores;
  * a value that is not a number in 1..1024 is RSSM_ERR_INVALID_ARGUMENT);
  * RSSM_CUDA_DEVICE=N is the CUDA backend's default device (else the first
- * of compute capability 9.0 or newer), for the command-line tools and
+ * whose compute capability the build has code for: 9.0 and newer by
+ * default, 8.0 and newer in the wheel), for the command-line tools and
  * one-GPU programs; RSSM_VK_DEVICE, RSSM_VK_NO_COOPMAT and
  * RSSM_VK_VALIDATION steer the Vulkan backend (vk/README.md). */
 rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error *err);
@@ -172,9 +173,10 @@ rssm_status rssm_backend_create(const char *name, rssm_backend **out, rssm_error
  * default one). `device` is a CUDA device ordinal as the CUDA runtime
  * numbers them in this process (cudaSetDevice's, torch's
  * tensor.device.index), or -1 for the default of rssm_backend_create.
- * The cuda backend and its variants take any ordinal of a device of
- * compute capability 9.0 or newer (another is RSSM_ERR_UNAVAILABLE, one
- * beyond the devices RSSM_ERR_INVALID_ARGUMENT); RSSM_CUDA_DEVICE is not
+ * The cuda backend and its variants take any ordinal of a device whose
+ * compute capability the build has code for (another is
+ * RSSM_ERR_UNAVAILABLE, one beyond the devices RSSM_ERR_INVALID_ARGUMENT);
+ * RSSM_CUDA_DEVICE is not
  * read then. The cpu backend takes -1 or 0 (the host); vulkan takes -1
  * only (Vulkan numbers its devices its own way: RSSM_VK_DEVICE). Any other
  * value, and any below -1, is RSSM_ERR_INVALID_ARGUMENT. "auto" tries each

@@ -45,7 +45,7 @@ class Backend:
     """An rssm_backend ("cpu", "cuda", "cuda:bulk", ...) on a device: a CUDA
     ordinal (rssm_backend_create_on_device; the cpu backend takes 0, the
     host), or None for the backend's default (rssm_backend_create: for
-    cuda, $RSSM_CUDA_DEVICE or the first Hopper GPU). Use backend(name,
+    cuda, $RSSM_CUDA_DEVICE or the first GPU the library has code for). Use backend(name,
     device), which keeps one per (name, device) for the process.
     `device_index` is the CUDA ordinal it works on (None: not a cuda one)."""
 
