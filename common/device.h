@@ -18,7 +18,7 @@
  * when its value `env_value` is set and not empty (a default for the
  * command-line tools), else the first of the `count` devices with
  * capable[i]. `need` says what capable means, for the messages ("of a
- * compute capability this build has code for (...)": cuda_targets.h). An
+ * compute capability this build has code for (...)": cuda/targets.h). An
  * ordinal beyond the devices, or an environment value that is not one, is
  * RSSM_ERR_INVALID_ARGUMENT; a device that is not capable, or none at all,
  * RSSM_ERR_UNAVAILABLE. `requested`

@@ -15,7 +15,7 @@
 
 extern "C" {
 #include "backend.h"
-#include "cuda_targets.h"
+#include "targets.h"
 #include "error.h"
 #include "timing.h"
 }
@@ -144,7 +144,7 @@ uint32_t plan_allow(const CudaCtx *c)
  * kernel may run what, for cuda_supports and batch_build alike. The
  * pipeline kernel and the plan's choice run whatever rssm_cuda_unsupported
  * accepts (the plan picks among the kernels the device's code has); the
- * bulk kernel needs its sm_90 code on the device (cuda_targets.h). */
+ * bulk kernel needs its sm_90 code on the device (cuda/targets.h). */
 const char *kernel_refusal(const CudaCtx *c, const rssm_kernel_params *p)
 {
     const int kernel = c->kernel;

@@ -200,7 +200,7 @@ __device__ __forceinline__ void copy_async(void *dst, const void *src, uint32_t 
  * counts (bulk_common.cuh), programmatic dependent launch (below). Code for
  * an older target (RSSM_CUDA_ARCHS, cuda/CMakeLists.txt) leaves those parts
  * out: the bulk kernels' bodies become a trap, never launched, since the
- * backend asks CUDA which code each device loaded (common/cuda_targets.h)
+ * backend asks CUDA which code each device loaded (cuda/targets.h)
  * and refuses them there. The host pass (no __CUDA_ARCH__) compiles no
  * kernel body and sees them whole. */
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900

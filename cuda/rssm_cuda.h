@@ -78,7 +78,7 @@ typedef struct rssm_cuda_plan {
     int sm_count;
 } rssm_cuda_plan;
 
-/* What the code a device loaded lets a plan use (common/cuda_targets.h
+/* What the code a device loaded lets a plan use (cuda/targets.h
  * decides, from rssm_cuda_*_attributes below): the bulk kernels (the plan
  * picks them, and the window's persistent readout beside them), and
  * programmatic dependent launch of the window's readout. Both need code

@@ -1,6 +1,6 @@
 /* The CUDA plan's choice of kernel (cuda/rssm_cuda.h, rssm_cuda_plan_init)
  * among those the device's code allows (RSSM_CUDA_ALLOW_*,
- * common/cuda_targets.h): host code alone, so it runs without a GPU where
+ * cuda/targets.h): host code alone, so it runs without a GPU where
  * the CUDA backend is built. A device whose code lacks the sm_90 parts gets
  * the stream or pipeline kernel wherever the bulk kernel would have run,
  * and the plan keeps what it may use for its launches. */

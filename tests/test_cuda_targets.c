@@ -1,4 +1,4 @@
-/* CUDA targets (common/cuda_targets.h): which of a build's targets a device
+/* CUDA targets (cuda/targets.h): which of a build's targets a device
  * of each compute capability loads, what the device choice says a device
  * must be, and which kernels a device may launch given what CUDA says of
  * the code it loaded; CUDA's answers are made up here, so every rule and
@@ -6,7 +6,7 @@
  * cuda backend's own answers on an H200 given a build of compute_80 PTX. */
 #include "test_support.h"
 
-#include "cuda_targets.h"
+#include "targets.h"
 
 #include <string.h>
 

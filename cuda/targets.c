@@ -1,6 +1,6 @@
-/* Which code of a CUDA build a device runs (cuda_targets.h): plain C over
+/* Which code of a CUDA build a device runs (cuda/targets.h): plain C over
  * the build's target names and CUDA's answers. */
-#include "cuda_targets.h"
+#include "targets.h"
 #include "error.h" /* RSSM_PRINTF */
 
 #include <stdarg.h>
