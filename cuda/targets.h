@@ -68,7 +68,7 @@ typedef struct rssm_cuda_kernels {
     bool pdl;  /* window_kernel.cu waits for its primary launch (griddepcontrol), so its readout
                   may start early as a programmatic dependent */
     char code[96];     /* what the device runs: "sm_90a machine code", "compute_80 PTX (JIT)" */
-    char why_not[320]; /* !runs: why the device runs nothing; !bulk: why not the bulk kernels */
+    char why_not[512]; /* !runs: why the device runs nothing; !bulk: why not the bulk kernels */
 } rssm_cuda_kernels;
 
 /* *k for a device of compute capability major.minor, given the build's
