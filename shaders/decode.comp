@@ -22,8 +22,8 @@
 // turn (its lanes over the channel quads); the rows go to subgroups in
 // blocks of ROW_BLOCK rows, whose invocations split a row's K channels in
 // quads (16-byte loads) and its ring entries (one d_j[v] each), and reduce
-// the block's rows together (subgroup_sum_rows). 16-bit arrays are written in whole
-// words.
+// the block's rows together (subgroup_sum_rows). 16-bit arrays are written
+// in whole words.
 //
 // What a GPU needs of it (docs/design.md §8, measured on an H200): every
 // load of a block issued before any is used; arrays indexed only by
@@ -397,8 +397,9 @@ vec4 workgroup_sum(vec4 x)
 // pair; here a reduce-scatter (each step a lane keeps half of its values
 // and adds its partner's sums of them: 4, 2, then 1 shuffle, then the
 // plain halvings of the one value left) and a broadcast of each total, 17
-// for a subgroup of 32. The readout is the kernels' busiest arithmetic, and
-// their time follows the shuffles (docs/design.md §8). One fixed order for
+// for a subgroup of 32: a few percent of a step on an H200, most in bf16
+// state (docs/design.md §8; they are a part of each workgroup's chain, not
+// what bounds it). One fixed order for
 // the packed, replay and window kernels alike, so L = 1 stays bit-identical
 // to packed and a one-token window to a step.
 void subgroup_sum_rows(inout vec4 a, inout vec4 b)
