@@ -76,6 +76,20 @@
 #if RSSM_RUNTIME_SHAPE && (RSSM_WINDOW || RSSM_TILES == 1)
 #error "the _rt modules are the CPU device's decode kernels: portable, emulated tiles or packed"
 #endif
+// 1: an `_s16` module, for a 16-bit (bf16) state on a GPU: a block is
+// RSSM_VK_ROW_BLOCK_S16 rows held as their stored 16-bit words until used,
+// so that a subgroup has as many bytes of state in flight per block, in as
+// many registers, as an fp32 block of RSSM_VK_ROW_BLOCK rows, and a
+// workgroup makes half the passes (docs/design.md §8). The packed step, and
+// a replay step's read-only rows only (vk/vk_pipeline.c): the rows that
+// flush update their block in fp32, which an fp32 copy of twice the rows
+// would not leave the registers for.
+#ifndef RSSM_STATE16
+#define RSSM_STATE16 0
+#endif
+#if RSSM_STATE16 && (RSSM_WINDOW || RSSM_TILES != 0 || RSSM_RUNTIME_SHAPE)
+#error "the _s16 modules are the GPU's portable packed and replay kernels"
+#endif
 
 // Specialization constants (ids in vk_abi.h); the host (vk/vk_pipeline.c)
 // sets every one.
@@ -173,7 +187,11 @@ const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
 // State rows a subgroup reads at once (the readout reduces them together).
 // A literal: the NVIDIA compiler kept arrays sized by a specialization
 // constant expression in local (off-chip) memory.
+#if RSSM_STATE16
+const uint ROW_BLOCK = RSSM_VK_ROW_BLOCK_S16;
+#else
 const uint ROW_BLOCK = RSSM_VK_ROW_BLOCK;
+#endif
 const uint ROWS_PER_PASS = SG_COUNT * ROW_BLOCK;
 
 layout(push_constant) uniform Push {
@@ -246,6 +264,23 @@ vec4 state_load4(uint base, uint i)
     return vec4(rssm_bf16_to_f32(w.x & 0xffffu), rssm_bf16_to_f32(w.x >> 16),
                 rssm_bf16_to_f32(w.y & 0xffffu), rssm_bf16_to_f32(w.y >> 16));
 }
+
+// A block's rows as the registers hold them (STATE_WORDS, one per channel
+// quad), loaded in one access each and widened to fp32 where used: an
+// `_s16` module keeps the bf16 words, the others the fp32 values.
+#if RSSM_STATE16
+#define STATE_WORDS uvec2
+STATE_WORDS state_words_load(uint base, uint i) { return ckpt2.w[(base + (i >> 1)) >> 1]; }
+vec4 state_words_f32(STATE_WORDS w)
+{
+    return vec4(rssm_bf16_to_f32(w.x & 0xffffu), rssm_bf16_to_f32(w.x >> 16),
+                rssm_bf16_to_f32(w.y & 0xffffu), rssm_bf16_to_f32(w.y >> 16));
+}
+#else
+#define STATE_WORDS vec4
+STATE_WORDS state_words_load(uint base, uint i) { return state_load4(base, i); }
+vec4 state_words_f32(STATE_WORDS w) { return w; }
+#endif
 
 void state_store4(uint base, uint i, vec4 x)
 {
@@ -469,9 +504,9 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         const uint v = (V0) + r;                                                   \
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
             const uint cq = lane + i * SG_SIZE;                                    \
-            CUR[r * ROW_QUADS + i] = vec4(0.0);                                    \
+            CUR[r * ROW_QUADS + i] = STATE_WORDS(0);                               \
             if (v < v_end && cq < KQ)                                              \
-                CUR[r * ROW_QUADS + i] = state_load4(c_base, c_elem + v * K + 4u * cq); \
+                CUR[r * ROW_QUADS + i] = state_words_load(c_base, c_elem + v * K + 4u * cq); \
         }                                                                          \
     }                                                                              \
     RSSM_LOAD_RING_D(RD, V0)
@@ -489,12 +524,15 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
 #define RSSM_READOUT_RING(RD)                                                      \
     [[unroll]] for (uint jb = 0u; jb < RING_LANES; jb++) {                                    \
         const uint j = lane + jb * SG_SIZE;                                        \
-        if (v0 < v_end && j < n) {                                                 \
-            const vec4 dj = HAS_FLUSH_ROWS && jb == 0u ? RD : RING_D4(j, v0);      \
-            const vec2 cj = s_c[j];                                                \
-            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                     \
-                pq[r] += dj[r] * cj.x;                                             \
-                pk[r] += dj[r] * cj.y;                                             \
+        [[unroll]] for (uint rq = 0u; rq < ROW_BLOCK / 4u; rq++) {                 \
+            const uint vq = v0 + 4u * rq;                                          \
+            if (vq < v_end && j < n) {                                             \
+                const vec4 dj = HAS_FLUSH_ROWS && jb == 0u ? RD : RING_D4(j, vq);  \
+                const vec2 cj = s_c[j];                                            \
+                [[unroll]] for (uint r = 0u; r < 4u; r++) {                        \
+                    pq[4u * rq + r] += dj[r] * cj.x;                               \
+                    pk[4u * rq + r] += dj[r] * cj.y;                               \
+                }                                                                  \
             }                                                                      \
         }                                                                          \
     }
@@ -510,7 +548,7 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {                                    \
             const uint cq = lane + i * SG_SIZE;                                    \
             if (v < v_end && cq < KQ) {                                            \
-                const vec4 cv = CUR[r * ROW_QUADS + i];                            \
+                const vec4 cv = state_words_f32(CUR[r * ROW_QUADS + i]);           \
                 const vec4 wq = wq_r[i], wk = wk_r[i];                             \
                 pq[r] += cv.x * wq.x;                                              \
                 pq[r] += cv.y * wq.y;                                              \
@@ -524,20 +562,22 @@ float gate_g(uint mode, float a, uint alog_i, uint bias_i)
         }                                                                          \
     }                                                                              \
     RSSM_READOUT_RING(RD)                                                          \
-    precise vec4 sq = vec4(pq[0], pq[1], pq[2], pq[3]);                            \
-    precise vec4 sk = vec4(pk[0], pk[1], pk[2], pk[3]);                            \
-    subgroup_sum_rows(sq, sk);                                                     \
     float d[ROW_BLOCK];                                                            \
-    [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {                                        \
-        const uint v = v0 + r;                                                     \
-        d[r] = 0.0;                                                                \
-        if (v < v_end) {                                                           \
-            precise const float dv = beta * (s_v[v] - sk[r]);                      \
-            precise const float o = sq[r] + dv * kq;                               \
-            d[r] = dv;                                                             \
-            if (subgroupElect()) {                                                 \
-                s_d[v] = dv;                                                       \
-                s_o[v] = o;                                                        \
+    [[unroll]] for (uint rq = 0u; rq < ROW_BLOCK / 4u; rq++) {                     \
+        precise vec4 sq = vec4(pq[4u * rq], pq[4u * rq + 1u], pq[4u * rq + 2u], pq[4u * rq + 3u]); \
+        precise vec4 sk = vec4(pk[4u * rq], pk[4u * rq + 1u], pk[4u * rq + 2u], pk[4u * rq + 3u]); \
+        subgroup_sum_rows(sq, sk);                                                 \
+        [[unroll]] for (uint r4 = 0u; r4 < 4u; r4++) {                             \
+            const uint r = 4u * rq + r4, v = v0 + r;                               \
+            d[r] = 0.0;                                                            \
+            if (v < v_end) {                                                       \
+                precise const float dv = beta * (s_v[v] - sk[r4]);                 \
+                precise const float o = sq[r4] + dv * kq;                          \
+                d[r] = dv;                                                         \
+                if (subgroupElect()) {                                             \
+                    s_d[v] = dv;                                                   \
+                    s_o[v] = o;                                                    \
+                }                                                                  \
             }                                                                      \
         }                                                                          \
     }
@@ -674,7 +714,7 @@ void main()
     // shared memory: their memory latency then overlaps the per-channel
     // work instead of following it (a chain of round trips per workgroup is
     // what held the replay behind packed on a GPU, docs/design.md §8).
-    vec4 cur[ROW_BLOCK * ROW_QUADS];
+    STATE_WORDS cur[ROW_BLOCK * ROW_QUADS];
     vec4 rd;
     RSSM_LOAD_BLOCK(cur, rd, v_begin + sg * ROW_BLOCK)
 #if RSSM_REPLAY
@@ -815,13 +855,29 @@ void main()
         k_r[i] = s_k4[cq];
     }
     for (uint v0 = v_begin + sg * ROW_BLOCK; v0 < v_end; v0 += ROWS_PER_PASS) {
-        vec4 nxt[ROW_BLOCK * ROW_QUADS];
+        STATE_WORDS nxt[ROW_BLOCK * ROW_QUADS];
         vec4 nrd;
         if (PREFETCH != 0u) {
             RSSM_LOAD_BLOCK(nxt, nrd, v0 + ROWS_PER_PASS)
         }
         if (flush && !tile_flush) {
             RSSM_READOUT_BLOCK(cur, rd)
+#if RSSM_STATE16
+            // Packed only (a replay `_s16` pipeline has no flush rows):
+            // C'[v] = C[v]*alpha + d k, the same operations in the same order
+            // as the fp32 registers' update below.
+            [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {
+                const uint v = v0 + r;
+                [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {
+                    const uint cq = lane + i * SG_SIZE;
+                    if (v < v_end && cq < KQ) {
+                        precise vec4 acc = state_words_f32(cur[r * ROW_QUADS + i]) * ag_r[i];
+                        acc += d[r] * k_r[i];
+                        state_store4(c_base, c_elem + v * K + 4u * cq, acc);
+                    }
+                }
+            }
+#else
             // C'[v] = C[v]*alpha*Gamma + sum_j d_j[v] KK_j + d k, in the
             // registers that hold the rows; each row is written once.
             [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++)
@@ -850,6 +906,7 @@ void main()
                     }
                 }
             }
+#endif
         } else {
             RSSM_READOUT_BLOCK(cur, rd)
         }

@@ -19,6 +19,9 @@
  * takes RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK rows per pass, and a value
  * head split over several workgroups is split in multiples of that. */
 #define RSSM_VK_ROW_BLOCK 4 /* decode.comp reads a block's rows as one vec4 */
+/* The same in the `_s16` modules (a bf16 state on a GPU): twice the rows,
+ * as many bytes (decode.comp's RSSM_STATE16). */
+#define RSSM_VK_ROW_BLOCK_S16 8
 
 /* The decode shaders' specialization-constant ids (what each means is in
  * shaders/decode.comp); vk/vk_pipeline.c sets every one. */

@@ -236,6 +236,10 @@ extern const vk_spirv vk_spirv_decode_packed;
 extern const vk_spirv vk_spirv_decode_replay;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu;
 extern const vk_spirv vk_spirv_decode_replay_cm; /* size 0 when not built */
+/* A bf16 state's packed step and read-only rows on a GPU: blocks of
+ * RSSM_VK_ROW_BLOCK_S16 rows */
+extern const vk_spirv vk_spirv_decode_packed_s16;
+extern const vk_spirv vk_spirv_decode_replay_s16;
 /* The first three as a CPU device runs them (vk_ctx.runtime_shape) */
 extern const vk_spirv vk_spirv_decode_packed_rt;
 extern const vk_spirv vk_spirv_decode_replay_rt;
@@ -289,9 +293,11 @@ size_t vk_window_shared_bytes(const rssm_kernel_params *p);
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p);
 rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              VkPipeline *out, uint32_t *split, rssm_error *err);
-/* How many workgroups share a value head in that pipeline, for a batch of
- * max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
-uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows);
+/* How many workgroups share a value head in a pipeline of `rows`
+ * (RSSM_VK_ROWS_*) whose subgroups take `row_block` rows at a time, for a
+ * batch of max_rows rows: its ROW_SPLIT (shaders/decode.comp). */
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, uint32_t rows,
+                      uint32_t row_block);
 /* The kernel parameters of a valid model (for a batch of one row), for the
  * questions asked of a model before it has a batch. */
 void vk_model_params(const rssm_model *m, rssm_kernel_params *p);

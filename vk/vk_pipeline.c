@@ -69,11 +69,12 @@ size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 #define VK_TARGET_WORKGROUPS 2048u
 #define VK_ONE_DISPATCH_WORKGROUPS 256u
 
-uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, bool flush_rows)
+uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t max_rows, uint32_t rows,
+                      uint32_t row_block)
 {
-    if (flush_rows && vk_uses_tiles(ctx, p))
+    if (rows == RSSM_VK_ROWS_FLUSH && vk_uses_tiles(ctx, p))
         return 1;
-    const uint32_t pass = RSSM_VK_SUBGROUPS * RSSM_VK_ROW_BLOCK, want = ctx->tune_row_split;
+    const uint32_t pass = RSSM_VK_SUBGROUPS * row_block, want = ctx->tune_row_split;
     if (!want && vk_cpu_device(ctx))
         return 1;
     const uint64_t groups = (uint64_t)p->num_v_heads * max_rows;
@@ -84,11 +85,17 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t m
     return split;
 }
 
-static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p)
+/* The module of a decode pipeline of `rows` (RSSM_VK_ROWS_*). A bf16 state
+ * on a GPU takes the `_s16` modules wherever no row's update needs its
+ * block in fp32 registers: the packed step and the read-only rows. */
+static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t rows)
 {
     const bool rt = ctx->runtime_shape;
+    const bool s16 = !rt && p->state_dtype == RSSM_CODE_DTYPE_BF16;
     if (vk_runs_packed(p))
-        return rt ? &vk_spirv_decode_packed_rt : &vk_spirv_decode_packed;
+        return rt ? &vk_spirv_decode_packed_rt : s16 ? &vk_spirv_decode_packed_s16 : &vk_spirv_decode_packed;
+    if (s16 && rows == RSSM_VK_ROWS_READ_ONLY)
+        return &vk_spirv_decode_replay_s16;
     if (!vk_uses_tiles(ctx, p))
         return rt ? &vk_spirv_decode_replay_rt : &vk_spirv_decode_replay;
     switch (ctx->kernels) {
@@ -96,6 +103,12 @@ static const vk_spirv *module_for(const vk_ctx *ctx, const rssm_kernel_params *p
     case VK_KERNELS_COOPMAT_EMULATED: return rt ? &vk_spirv_decode_replay_cm_emu_rt : &vk_spirv_decode_replay_cm_emu;
     default: return rt ? &vk_spirv_decode_replay_rt : &vk_spirv_decode_replay;
     }
+}
+
+static uint32_t module_row_block(const vk_spirv *m)
+{
+    return m == &vk_spirv_decode_packed_s16 || m == &vk_spirv_decode_replay_s16 ? RSSM_VK_ROW_BLOCK_S16
+                                                                                 : RSSM_VK_ROW_BLOCK;
 }
 
 
@@ -308,7 +321,7 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
 {
     const bool flush_rows = rows != RSSM_VK_ROWS_READ_ONLY;
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
-    const vk_spirv *spv = module ? module : module_for(ctx, p);
+    const vk_spirv *spv = module ? module : module_for(ctx, p, rows);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
     const bool rt = !module && ctx->runtime_shape;
@@ -371,10 +384,7 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
                              vk_decode *d, rssm_error *err)
 {
     *d = (vk_decode){.layout = layout, .shape = *shape, .heads = p->num_v_heads};
-    d->split = vk_row_split(ctx, p, p->max_rows, true);
     const bool packed = vk_runs_packed(p);
-    if (!packed)
-        d->split_readout = vk_row_split(ctx, p, p->max_rows, false);
     /* One dispatch of every row where a GPU step has a few hundred
      * workgroups at most (a batch of one or two), with a portable flush,
      * which splits as the read-only rows do. Two pipelines keep the
@@ -382,14 +392,19 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
      * a thousand workgroups on (H200: one dispatch 4-6% faster at 256
      * workgroups, even at 1024, 5% slower at 2048;
      * bench/results/h200_vulkan/notes.md). */
-    const uint64_t groups = (uint64_t)p->num_v_heads * p->max_rows * d->split;
-    const bool one = !packed && !vk_uses_tiles(ctx, p) && d->split == d->split_readout &&
+    const uint32_t all_split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_ALL, RSSM_VK_ROW_BLOCK);
+    const uint64_t groups = (uint64_t)p->num_v_heads * p->max_rows * all_split;
+    const bool one = !packed && !vk_uses_tiles(ctx, p) &&
                      (ctx->tune_one_dispatch >= 0 ? ctx->tune_one_dispatch != 0
                                                   : !vk_cpu_device(ctx) && groups <= VK_ONE_DISPATCH_WORKGROUPS);
-    rssm_status st = pipeline_create(ctx, shape, p, layout, one ? RSSM_VK_ROWS_ALL : RSSM_VK_ROWS_FLUSH, d->split,
-                                     NULL, &d->flush, err);
-    if (st == RSSM_OK && !packed && !one)
+    const uint32_t rows = one ? RSSM_VK_ROWS_ALL : RSSM_VK_ROWS_FLUSH;
+    d->split = vk_row_split(ctx, p, p->max_rows, rows, module_row_block(module_for(ctx, p, rows)));
+    rssm_status st = pipeline_create(ctx, shape, p, layout, rows, d->split, NULL, &d->flush, err);
+    if (st == RSSM_OK && !packed && !one) {
+        const uint32_t block = module_row_block(module_for(ctx, p, RSSM_VK_ROWS_READ_ONLY));
+        d->split_readout = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, block);
         st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, NULL, &d->readout, err);
+    }
     return st;
 }
 
@@ -440,6 +455,6 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
-    *split = vk_row_split(ctx, p, p->max_rows, false);
+    *split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
     return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split, &vk_spirv_window, out, err);
 }

@@ -18,6 +18,18 @@ const vk_spirv vk_spirv_decode_replay = {"decode_replay", decode_replay_words, s
 const vk_spirv vk_spirv_decode_replay_cm_emu = {"decode_replay_cm_emu", decode_replay_cm_emu_words,
                                                 sizeof decode_replay_cm_emu_words};
 
+static const uint32_t decode_packed_s16_words[] = {
+#include "decode_packed_s16.inc"
+};
+static const uint32_t decode_replay_s16_words[] = {
+#include "decode_replay_s16.inc"
+};
+
+const vk_spirv vk_spirv_decode_packed_s16 = {"decode_packed_s16", decode_packed_s16_words,
+                                             sizeof decode_packed_s16_words};
+const vk_spirv vk_spirv_decode_replay_s16 = {"decode_replay_s16", decode_replay_s16_words,
+                                             sizeof decode_replay_s16_words};
+
 static const uint32_t decode_packed_rt_words[] = {
 #include "decode_packed_rt.inc"
 };
