@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The H200 Vulkan report: the JSON of `rssm bench --out` for each Vulkan
 variant and for CUDA, from one run of bench/h200/run.sh, against the Vulkan
-targets (docs/bench.md).
+targets (docs/h200.md).
 
 usage: vulkan_report.py CUDA.json PORTABLE.json COOPMAT.json OUT_DIR
 PORTABLE.json is `rssm bench` of the portable kernels (`vulkan`, the default,
@@ -16,7 +16,24 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import fmt, normalise, ratio, summary  # noqa: E402
+from report import fmt, normalise, ratio  # noqa: E402
+
+
+def summary(rows, backend):
+    """summary.json: one object per configuration timed, per step per layer."""
+    out = []
+    for r in rows:
+        uni = r["positions"] == "uniform"
+        out.append({
+            "backend": backend, "gate": r["kind"], "state": r["state"], "batch": r["batch"],
+            "positions": r["positions"], "ring_len": r["L"], "packed_us": r["packed_us"],
+            "replay_us": r["us_per_step"], "inplace_us": r.get("inplace_us"),
+            "copy_gbs": r.get("copy_gbps"),
+            "empty_us": r["empty_ring_us"] if uni else None,
+            "full_us": r["full_ring_us"] if uni else None,
+            "flush_us": r["flush_us"] if uni else None,
+        })
+    return out
 
 
 def load(path):
@@ -27,12 +44,12 @@ def load(path):
 
 
 def targets(cuda, variants):
-    """(name, measured, met) for each target of docs/bench.md's Vulkan list."""
+    """(name, measured, met) for each Vulkan target (docs/h200.md, "The Vulkan targets")."""
     out = []
     default = variants.get("vulkan:portable")
     if default:
-        for lo, hi, states, goal in ((128, 10 ** 9, ("fp32",), 1.55), (16, 16, ("fp32",), 1.3),
-                                     (128, 10 ** 9, ("bf16",), 1.4)):
+        for lo, hi, states, goal in ((128, 10 ** 9, ("fp32",), 1.5), (16, 16, ("fp32",), 1.2),
+                                     (128, 10 ** 9, ("bf16",), 1.3)):
             rs = [r for k, r in default.items() if k[1] in states and lo <= k[2] <= hi]
             if rs:
                 w = min(rs, key=lambda r: r["replay_over_packed"])
@@ -40,29 +57,37 @@ def targets(cuda, variants):
                             f"{'+' if hi > 10 ** 8 else ''})",
                             f"worst {w['replay_over_packed']:.2f}x ({w['kind']} {w['state']} B={w['batch']} "
                             f"{w['positions']})", w["replay_over_packed"] >= goal))
-        for key, goal in (("us_per_step", 1.15), ("packed_us", 1.05)):
-            pairs = [(r, cuda[k]) for k, r in default.items() if k in cuda]
-            if pairs:
-                w = max(pairs, key=lambda p: p[0][key] / p[1][key])
-                out.append((f"vulkan {'replay' if key == 'us_per_step' else 'packed'} <= {goal}x CUDA",
-                            f"worst {w[0][key] / w[1][key]:.2f}x ({w[0]['kind']} {w[0]['state']} "
-                            f"B={w[0]['batch']} {w[0]['positions']}: {w[0][key]:.2f} vs {w[1][key]:.2f} us)",
-                            w[0][key] <= goal * w[1][key]))
+        pairs = [(r, cuda[k]) for k, r in default.items() if k in cuda and k[2] >= 16]
+        if pairs:
+            w = max(pairs, key=lambda p: p[0]["us_per_step"] / p[1]["us_per_step"])
+            out.append(("vulkan replay <= 1.25x CUDA replay (B >= 16)",
+                        f"worst {w[0]['us_per_step'] / w[1]['us_per_step']:.2f}x ({w[0]['kind']} {w[0]['state']} "
+                        f"B={w[0]['batch']} {w[0]['positions']}: {w[0]['us_per_step']:.2f} vs "
+                        f"{w[1]['us_per_step']:.2f} us)", w[0]["us_per_step"] <= 1.25 * w[1]["us_per_step"]))
         rs = [r for k, r in default.items() if k[2] >= 128 and r["inplace_us"]]
         if rs:
             w = min(rs, key=lambda r: r["inplace_us"] / r["packed_us"])
             p = 100 * w["inplace_us"] / w["packed_us"]
             out.append(("vulkan packed >= 90% of the in-place bound (B >= 128)",
                         f"worst {p:.1f}% ({w['kind']} {w['state']} B={w['batch']})", p >= 90))
+        rs = [r for r in default.values() if r["flush_us"]]
+        if rs:
+            w = max(rs, key=lambda r: r["flush_us"] / r["packed_us"])
+            out.append(("vulkan flush step <= 1.3x packed",
+                        f"worst {w['flush_us'] / w['packed_us']:.2f}x ({w['kind']} {w['state']} B={w['batch']}: "
+                        f"{w['flush_us']:.2f} vs {w['packed_us']:.2f} us)", w["flush_us"] <= 1.3 * w["packed_us"]))
+    # `vulkan` runs the portable kernels on every device (vk/README.md), so
+    # the cooperative-matrix ones are chosen nowhere; how they compare is
+    # reported all the same.
     cm, pt = variants.get("vulkan:coopmat"), variants.get("vulkan:portable")
     if cm and pt:
         for step in ("empty_ring_us", "full_ring_us", "flush_us"):
             pairs = [(cm[k], pt[k]) for k in cm if k in pt and cm[k][step] and pt[k][step]]
             if pairs:
                 w = max(pairs, key=lambda p: p[0][step] / p[1][step])
-                out.append((f"vulkan:coopmat <= vulkan:portable, {step[:-3].replace('_', ' ')} step",
-                            f"worst {w[0][step] / w[1][step]:.2f}x ({w[0]['kind']} {w[0]['state']} "
-                            f"B={w[0]['batch']})", w[0][step] <= w[1][step]))
+                out.append((f"vulkan:coopmat <= vulkan:portable where chosen, {step[:-3].replace('_', ' ')} step",
+                            f"chosen nowhere; worst {w[0][step] / w[1][step]:.2f}x ({w[0]['kind']} {w[0]['state']} "
+                            f"B={w[0]['batch']})", None))
     return out
 
 
@@ -86,7 +111,7 @@ def main():
              "after the one before it; copy ceiling and in-place bound measured by compute shaders in the "
              f"variant's run (copy {cuda_data['copy_gbs']:.0f} GB/s by CUDA in its run).", "", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for name, value, ok in targets(cuda, variants):
-        lines.append(f"| {name} | {value} | {'yes' if ok else '**no**'} |")
+        lines.append(f"| {name} | {value} | {'n/a' if ok is None else 'yes' if ok else '**no**'} |")
     lines += ["", "## All rows", "",
               "| backend | kind | state | batch | positions | packed us | replay us | ratio | in-place us "
               "| empty us | full us | flush us | CUDA packed us | CUDA replay us |",
