@@ -76,6 +76,17 @@ def library_file() -> Path:
     return build_dir() / f"{NAME}.so"
 
 
+def _cxx_std() -> str:
+    """The C++ standard torch's own extension builder compiles with, which
+    its headers need: c++17 up to torch 2.11 at least, c++20 in later ones
+    (whose headers use <compare>, concepts and std::bit_width)."""
+    import inspect
+
+    from torch.utils import cpp_extension
+
+    return "c++20" if "-std=c++20" in inspect.getsource(cpp_extension) else "c++17"
+
+
 def build(verbose: bool = False) -> Path:
     """Compiles the extension against this torch (about 10 s on two cores)
     with $CXX (default c++), one command for one source, so no ninja is
@@ -89,7 +100,7 @@ def build(verbose: bool = False) -> Path:
     header = _header_dir()
     if header is None:
         raise RuntimeError(f"rssm: rssm.h is neither in {_HERE / 'include'} nor in the repository's include/")
-    flags = ["-O2", "-std=c++17", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    flags = ["-O2", f"-std={_cxx_std()}", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
              f"-I{header}"] + [f"-I{d}" for d in cpp_extension.include_paths()]
     libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
     if _with_cuda():

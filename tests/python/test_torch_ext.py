@@ -93,7 +93,7 @@ def test_matches_the_python_path_bit_for_bit(gate_kind, strided):
 
 @needs_ext
 def test_kernels_registered():
-    for key in ("CPU",) + (("CUDA",) if "CUDA" in STATUS else ()):
+    for key in ("CPU", "Autograd") + (("CUDA",) if "CUDA" in STATUS else ()):
         assert torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_decode", key), key
     # the other ops keep their Python implementations
     assert not torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_advance", "CPU")
@@ -169,6 +169,21 @@ def test_opcheck_on_the_kernel():
             a["g_cache"], a["out"], a["ssm_state_indices"], a["write_pos"], None, None, 0.0, "gdn", "raw", 0.0, True,
             0, 0, "", "out_of_range")
     torch.library.opcheck(torch.ops.rssm.replayssm_decode.default, args)
+
+
+@needs_ext
+def test_inputs_that_require_grad_run_below_autograd():
+    # The Autograd kernel passes the call down (nothing to record: the op
+    # writes in place and returns nothing): same outputs and state.
+    outs = []
+    for grad in (False, True):
+        e = Engine(np.random.default_rng(44))
+        a = one_call_args(e)
+        a["mixed_qkv"].requires_grad_(grad)
+        a["a"].requires_grad_(grad)
+        rssm.fused_recurrent_gated_delta_rule_replayssm(**a)
+        outs.append((a["out"].clone(), a["initial_state"].clone()))
+    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
 
 
 def status_in_subprocess(env: dict) -> str:

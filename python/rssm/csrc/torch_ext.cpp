@@ -224,7 +224,22 @@ void decode_cuda(const c10::OperatorHandle &, torch::jit::Stack *stack)
 }
 #endif
 
+/* The op's Autograd kernel: straight below autograd. It returns nothing
+ * and writes its outputs in place, so there is nothing to record, and
+ * torch's fallback for an op without an Autograd kernel walks every
+ * argument of every call looking for one that requires grad (part of the
+ * host time docs/python.md gives). */
+void decode_below_autograd(const c10::OperatorHandle &op, c10::DispatchKeySet keys, torch::jit::Stack *stack)
+{
+    op.redispatchBoxed(keys & c10::after_autograd_keyset, stack);
+}
+
 } /* namespace */
+
+TORCH_LIBRARY_IMPL(rssm, Autograd, m)
+{
+    m.impl("replayssm_decode", torch::CppFunction::makeFromBoxedFunction<&decode_below_autograd>());
+}
 
 TORCH_LIBRARY_IMPL(rssm, CPU, m)
 {
