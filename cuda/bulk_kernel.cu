@@ -494,6 +494,8 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     return cudaSuccess;
 }
 
+extern "C" size_t rssm_cuda_bulk_smem_bytes(void) { return kSmemBytes; }
+
 extern "C" cudaError_t rssm_cuda_bulk_attributes(cudaFuncAttributes *a)
 {
     return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kBulk[0][0][0]));

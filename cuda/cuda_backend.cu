@@ -270,7 +270,11 @@ rssm_status cuda_create(const char *variant, int device, void **out, rssm_error 
     rssm_cuda_code code[RSSM_CUDA_PARTS];
     cudaError_t code_error = cudaSuccess;
     device_code(code, &code_error);
-    rssm_cuda_kernels_decide(RSSM_CUDA_TARGETS, c->prop.major, c->prop.minor, code, &c->kernels);
+    const size_t bulk_smem = rssm_cuda_bulk_smem_bytes() > rssm_cuda_window_bulk_smem_bytes()
+                                 ? rssm_cuda_bulk_smem_bytes()
+                                 : rssm_cuda_window_bulk_smem_bytes();
+    rssm_cuda_kernels_decide(RSSM_CUDA_TARGETS, c->prop.major, c->prop.minor, c->prop.sharedMemPerBlockOptin,
+                             bulk_smem, code, &c->kernels);
     if (!c->kernels.runs) {
         const rssm_status st = rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "cuda: device %d, %s: %s: %s", best,
                                               c->name, c->kernels.why_not, cudaGetErrorString(code_error));

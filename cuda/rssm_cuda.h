@@ -95,6 +95,11 @@ cudaError_t rssm_cuda_pipeline_attributes(struct cudaFuncAttributes *a);
 cudaError_t rssm_cuda_bulk_attributes(struct cudaFuncAttributes *a);
 cudaError_t rssm_cuda_window_bulk_attributes(struct cudaFuncAttributes *a);
 cudaError_t rssm_cuda_window_attributes(struct cudaFuncAttributes *a);
+/* The shared memory per block the bulk kernels ask for (the decode's and
+ * the larger of the window readout's), which a device's opt-in limit must
+ * hold for them to run there (cuda/targets.h). */
+size_t rssm_cuda_bulk_smem_bytes(void);
+size_t rssm_cuda_window_bulk_smem_bytes(void);
 
 /* Why the kernels cannot run `p`, or NULL when they can. `smem_limit` is the
  * device's opt-in shared memory per block. */

@@ -161,8 +161,8 @@ static void list_targets(const char *targets, char *buf, size_t size)
         text_add(&x, "none");
 }
 
-void rssm_cuda_kernels_decide(const char *targets, int major, int minor, const rssm_cuda_code code[RSSM_CUDA_PARTS],
-                              rssm_cuda_kernels *k)
+void rssm_cuda_kernels_decide(const char *targets, int major, int minor, size_t smem_optin, size_t bulk_smem,
+                              const rssm_cuda_code code[RSSM_CUDA_PARTS], rssm_cuda_kernels *k)
 {
     memset(k, 0, sizeof *k);
     char list[160];
@@ -188,9 +188,15 @@ void rssm_cuda_kernels_decide(const char *targets, int major, int minor, const r
     k->bulk = code[RSSM_CUDA_PART_BULK].ptx_version >= kHopper &&
               code[RSSM_CUDA_PART_WINDOW_BULK].ptx_version >= kHopper;
     k->pdl = code[RSSM_CUDA_PART_WINDOW].ptx_version >= kHopper;
-    if (!k->bulk)
+    if (!k->bulk) {
         snprintf(k->why_not, sizeof k->why_not,
                  "the bulk kernel needs sm_90 code (bulk copies, mbarrier transaction counts), and this GPU "
                  "(compute capability %d.%d) runs this build's %s (the build's targets: %s)",
                  major, minor, k->code, list);
+    } else if (smem_optin < bulk_smem) {
+        k->bulk = false;
+        snprintf(k->why_not, sizeof k->why_not,
+                 "the bulk kernel needs %zu KiB of shared memory per block, and this GPU (compute capability "
+                 "%d.%d) gives at most %zu KiB", (bulk_smem + 1023) / 1024, major, minor, smem_optin / 1024);
+    }
 }

@@ -71,11 +71,15 @@ typedef struct rssm_cuda_kernels {
     char why_not[512]; /* !runs: why the device runs nothing; !bulk: why not the bulk kernels */
 } rssm_cuda_kernels;
 
-/* *k for a device of compute capability major.minor, given the build's
- * `targets` and CUDA's answer for each part. Only the code CUDA loaded
- * counts (a ptx_version of 90 or more has the sm_90 parts); the targets
- * name it in k->code and the messages. */
-void rssm_cuda_kernels_decide(const char *targets, int major, int minor, const rssm_cuda_code code[RSSM_CUDA_PARTS],
-                              rssm_cuda_kernels *k);
+/* *k for a device of compute capability major.minor whose opt-in shared
+ * memory per block is `smem_optin` bytes, given the build's `targets`,
+ * CUDA's answer for each part and the shared memory the bulk kernels ask
+ * for (`bulk_smem`). Only the code CUDA loaded counts (a ptx_version of 90
+ * or more has the sm_90 parts); the targets name it in k->code and the
+ * messages. The bulk kernels also need their shared memory: a consumer
+ * GPU of a later architecture (sm_120: 99 KiB) given sm_90 PTX has the
+ * code but not the room. */
+void rssm_cuda_kernels_decide(const char *targets, int major, int minor, size_t smem_optin, size_t bulk_smem,
+                              const rssm_cuda_code code[RSSM_CUDA_PARTS], rssm_cuda_kernels *k);
 
 #endif /* RSSM_CUDA_TARGETS_H */

@@ -438,6 +438,11 @@ extern "C" cudaError_t rssm_cuda_window_bulk_launch(const rssm_kernel_params *p,
                             true, kWindowBulkSmem[tile]);
 }
 
+extern "C" size_t rssm_cuda_window_bulk_smem_bytes(void)
+{
+    return kWindowBulkSmem[0] > kWindowBulkSmem[1] ? kWindowBulkSmem[0] : kWindowBulkSmem[1];
+}
+
 extern "C" cudaError_t rssm_cuda_window_bulk_attributes(cudaFuncAttributes *a)
 {
     return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kWindowBulk[0][0][0]));

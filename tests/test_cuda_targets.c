@@ -143,6 +143,10 @@ static const struct decide_case kDecide[] = {
      false, "compute_80 code (sm_90 machine code)", {NULL}},
 };
 
+/* An H200's opt-in shared memory per block, and about what the bulk
+ * kernels ask for. */
+static const size_t kHopperSmem = 227 * 1024, kBulkSmem = 217 * 1024;
+
 static void test_decide(void **state)
 {
     (void)state;
@@ -154,7 +158,7 @@ static void test_decide(void **state)
             c[j].binary_version = d->binary;
         }
         rssm_cuda_kernels k;
-        rssm_cuda_kernels_decide(d->targets, d->major, d->minor, c, &k);
+        rssm_cuda_kernels_decide(d->targets, d->major, d->minor, kHopperSmem, kBulkSmem, c, &k);
         if (k.runs != d->runs || k.bulk != d->bulk || k.pdl != d->pdl)
             fail_msg("%s: runs %d bulk %d pdl %d, expected %d %d %d", d->what, k.runs, k.bulk, k.pdl, d->runs, d->bulk,
                      d->pdl);
@@ -167,12 +171,37 @@ static void test_decide(void **state)
     }
 }
 
+/* The code is not all: a consumer Blackwell GPU (sm_120, 99 KiB per block)
+ * given the default build's compute_90 PTX has the sm_90 parts but not the
+ * bulk kernels' shared memory; it runs the others. */
+static void test_decide_shared_memory(void **state)
+{
+    (void)state;
+    rssm_cuda_code c[RSSM_CUDA_PARTS];
+    for (int j = 0; j < RSSM_CUDA_PARTS; j++)
+        c[j] = (rssm_cuda_code){.ptx_version = 90, .binary_version = 120};
+    rssm_cuda_kernels k;
+    rssm_cuda_kernels_decide(HOPPER, 12, 0, 99 * 1024, kBulkSmem, c, &k);
+    assert_true(k.runs);
+    assert_false(k.bulk);
+    assert_true(k.pdl);
+    assert_string_equal(k.code, "compute_90 PTX (JIT)");
+    const char *why[] = {"needs 217 KiB of shared memory per block", "(compute capability 12.0) gives at most 99 KiB",
+                         NULL};
+    expect_text(k.why_not, why);
+    /* exactly enough is enough */
+    rssm_cuda_kernels_decide(HOPPER, 12, 0, kBulkSmem, kBulkSmem, c, &k);
+    assert_true(k.bulk);
+    assert_string_equal(k.why_not, "");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_target_for),
         cmocka_unit_test(test_need),
         cmocka_unit_test(test_decide),
+        cmocka_unit_test(test_decide_shared_memory),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

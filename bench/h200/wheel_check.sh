@@ -6,8 +6,7 @@
 #
 #   bench/h200/wheel_check.sh [OUT_DIR]     (default: $OUT, else ./wheel-out)
 #
-# 1. the install (a venv that sees the machine's torch; pip --target if the
-#    image has no venv module), the import, the backends and what the GPU runs;
+# 1. the install, the import and the backends;
 # 2. bench/h200/device_check.py (the device from the tensors, the backends
 #    against each other);
 # 3. the compiled torch extension built from the installed package's rssm.h
@@ -24,14 +23,11 @@ t0=$(date +%s)
 step() { echo "== $1: rc $2 ($(($(date +%s) - t0)) s)"; }
 
 W=$(ls "$R"/.whl/rssm-*.whl | head -1)
-{ python3 -m venv --system-site-packages /tmp/wv && /tmp/wv/bin/python -m pip install --no-deps --no-index "$W"; } \
-  >"$OUT_DIR/install.txt" 2>&1
-rc=$?
-PYBIN=/tmp/wv/bin/python SITE=
-if [ $rc -ne 0 ]; then
-  python3 -m pip install --no-deps --no-index --target /tmp/wsite "$W" >>"$OUT_DIR/install.txt" 2>&1
-  rc=$? PYBIN=python3 SITE=/tmp/wsite
-fi
+# Into a folder of its own on the path of the machine's python (the image's
+# torch is not in its site-packages, so a venv would not see it).
+rm -rf /tmp/wsite
+python3 -m pip install --no-deps --no-index --target /tmp/wsite "$W" >"$OUT_DIR/install.txt" 2>&1
+rc=$? PYBIN=python3 SITE=/tmp/wsite
 step "install $(basename "$W")" $rc
 run_py() { (cd /tmp && env -u RSSM_LIBRARY -u PYTHONPATH ${SITE:+PYTHONPATH=$SITE} RSSM_TORCH_EXT_DIR="$OUT_DIR/ext" "$PYBIN" "$@"); }
 run_py -c "import rssm; print(rssm.__version__, rssm.library_path(), rssm.backend_names())" >"$OUT_DIR/import.txt" 2>&1
