@@ -131,14 +131,19 @@ void rssm_pool_verify_clear(rssm_pool *p, uint32_t slot)
     v->drafts = v->cuts = 0;
 }
 
+/* A backend sets *err only when it fails; these say OK in it when it does
+ * not, as every call of the library does (a caller's uninitialised error
+ * must not read as a failure). */
 rssm_status rssm_pool_slot_read(rssm_pool *p, uint32_t slot, uint8_t *bytes, rssm_error *err)
 {
-    return p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, bytes, err);
+    const rssm_status st = p->backend->ops->slot_read(p->backend->ctx, p->dev, slot, bytes, err);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
 rssm_status rssm_pool_slot_write(rssm_pool *p, uint32_t slot, const uint8_t *bytes, rssm_error *err)
 {
-    return p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, bytes, err);
+    const rssm_status st = p->backend->ops->slot_write(p->backend->ctx, p->dev, slot, bytes, err);
+    return st == RSSM_OK ? rssm_clear_error(err) : st;
 }
 
 static rssm_status pool_alloc_unlocked(rssm_pool *p, uint32_t *slot, rssm_error *err)
