@@ -63,18 +63,20 @@
 #if RSSM_TILES != 0 && RSSM_REPLAY == 0
 #error "the _cm variants are replay kernels: the packed update is rank 1"
 #endif
-// 1: an `_rt` module, for CPU devices: the head's place, the head counts,
-// the ring length and the ring and io dtypes are push constants (vk_abi.h's
-// RSSM_VK_SHAPE_FIELDS) rather than specialization constants, and RING_LEN
-// (RING_ROOM here) only sizes the arrays, so that models differing only in
-// those share one pipeline (on lavapipe each pipeline is an LLVM compile;
-// vk/README.md). The state dtype stays a constant: its run-time choice in
-// the unrolled row loads and stores made lavapipe's compile 1.6x longer.
+// 1: an `_rt` module, for CPU devices: the head's place, the head counts
+// and sizes, the ring length and the ring and io dtypes are push constants
+// (vk_abi.h's RSSM_VK_SHAPE_FIELDS) rather than specialization constants,
+// and HEAD_K, HEAD_V and RING_LEN (K_ROOM, V_ROOM and RING_ROOM here) only
+// size the arrays and bound the unrolled loops, so that models differing
+// only in those share one pipeline (on lavapipe each pipeline is an LLVM
+// compile; vk/README.md). The state dtype stays a constant: its run-time
+// choice in the unrolled row loads and stores made lavapipe's compile 1.6x
+// longer.
 #ifndef RSSM_RUNTIME_SHAPE
 #define RSSM_RUNTIME_SHAPE 0
 #endif
-#if RSSM_RUNTIME_SHAPE && (RSSM_WINDOW || RSSM_TILES == 1)
-#error "the _rt modules are the CPU device's decode kernels: portable, emulated tiles or packed"
+#if RSSM_RUNTIME_SHAPE && RSSM_TILES == 1
+#error "the _rt modules are the CPU device's kernels: portable, emulated tiles, packed or the window"
 #endif
 // 1: an `_s16` module, for a 16-bit (bf16) state on a GPU: a block is
 // RSSM_VK_ROW_BLOCK_S16 rows held as their stored 16-bit words until used,
@@ -94,8 +96,18 @@
 // Specialization constants (ids in vk_abi.h); the host (vk/vk_pipeline.c)
 // sets every one.
 layout(constant_id = RSSM_VK_SPEC_GATE_KIND) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
+#if RSSM_RUNTIME_SHAPE
+// At least the head's size, for array extents (RSSM_VK_HEAD_ROOM).
+layout(constant_id = RSSM_VK_SPEC_HEAD_K) const uint K_ROOM = 128u;
+layout(constant_id = RSSM_VK_SPEC_HEAD_V) const uint V_ROOM = 128u;
+#define HEAD_K pc.head_k
+#define HEAD_V pc.head_v
+#else
 layout(constant_id = RSSM_VK_SPEC_HEAD_K) const uint HEAD_K = 128u;
 layout(constant_id = RSSM_VK_SPEC_HEAD_V) const uint HEAD_V = 128u;
+const uint K_ROOM = HEAD_K;
+const uint V_ROOM = HEAD_V;
+#endif
 #if RSSM_RUNTIME_SHAPE
 // At least the ring length, for array extents (RSSM_VK_RING_ROOM_STEP).
 layout(constant_id = RSSM_VK_SPEC_RING_LEN) const uint RING_ROOM = 16u;
@@ -183,7 +195,7 @@ const uint WG_SIZE = SG_COUNT * SG_SIZE;
 const uint RING_CAP = RING_LEN - 1u;
 #endif
 // Channel quads one invocation holds of a state row.
-const uint ROW_QUADS = (HEAD_K / 4u + SG_SIZE - 1u) / SG_SIZE;
+const uint ROW_QUADS = (K_ROOM / 4u + SG_SIZE - 1u) / SG_SIZE;
 // State rows a subgroup reads at once (the readout reduces them together).
 // A literal: the NVIDIA compiler kept arrays sized by a specialization
 // constant expression in local (off-chip) memory.
@@ -315,17 +327,23 @@ float dot4(vec4 a, vec4 b)
 }
 
 // Per-channel vectors, in channel quads: every access is one vec4.
-const uint KQ = HEAD_K / 4u;
+// Channel quads of the head (KQ), and of the arrays that hold them.
+const uint KQ_ROOM = K_ROOM / 4u;
+#if RSSM_RUNTIME_SHAPE
+#define KQ (HEAD_K / 4u)
+#else
+const uint KQ = KQ_ROOM;
+#endif
 #if !RSSM_WINDOW // the window's shared memory is its own (shaders/window.glsl)
-shared vec4 s_q4[KQ];   // normalised, scaled q
-shared vec4 s_k4[KQ];   // normalised k (unscaled: what the ring stores)
-shared vec4 s_g4[KQ];   // this step's log-decay (KDA)
-shared vec4 s_ag4[KQ];  // alpha * Gamma
-shared vec4 s_wq4[KQ];  // alpha * Gamma * q: the checkpoint's readout weights
-shared vec4 s_wk4[KQ];  // alpha * Gamma * k
-shared float s_v[HEAD_V];   // v, loaded with q and k
-shared float s_d[HEAD_V];   // d, full precision
-shared float s_o[HEAD_V];
+shared vec4 s_q4[KQ_ROOM];   // normalised, scaled q
+shared vec4 s_k4[KQ_ROOM];   // normalised k (unscaled: what the ring stores)
+shared vec4 s_g4[KQ_ROOM];   // this step's log-decay (KDA)
+shared vec4 s_ag4[KQ_ROOM];  // alpha * Gamma
+shared vec4 s_wq4[KQ_ROOM];  // alpha * Gamma * q: the checkpoint's readout weights
+shared vec4 s_wk4[KQ_ROOM];  // alpha * Gamma * k
+shared float s_v[V_ROOM];   // v, loaded with q and k
+shared float s_d[V_ROOM];   // d, full precision
+shared float s_o[V_ROOM];
 shared vec4 s_red[SG_COUNT];
 #endif
 // An array that only a pipeline with flush rows uses: one element elsewhere
@@ -344,7 +362,7 @@ shared vec2 s_c[RING_ROOM];  // (c_j(q), c_j(k)): shared by all V rows
 shared vec4 s_kr4[1];
 #else
 #define KR_IN_KX false
-shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_ROOM * KQ) : 1u];
+shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_ROOM * KQ_ROOM) : 1u];
 #endif
 #endif // !RSSM_WINDOW
 // The portable flush keeps KK_j of its lane's channel quads in registers
@@ -352,18 +370,21 @@ shared vec4 s_kr4[RSSM_TILES == 1 ? FLUSH_ONLY(RING_ROOM * KQ) : 1u];
 #define KK_IN_REGS (RSSM_TILES == 0 && HAS_FLUSH_ROWS)
 // Ring entries per subgroup in the coefficient pass, and ring entries a lane
 // of a row's subgroup reads (entry lane + i * SG_SIZE); with their array
-// extents, never 0 (L = 1). In an `_rt` module the counts are run-time
-// loop bounds and the extents follow RING_ROOM.
+// extents, never 0 (L = 1; RING_LANES_ROOM: the window's, which has a
+// ring). In an `_rt` module the counts are run-time loop bounds and the
+// extents follow RING_ROOM.
 #if RSSM_RUNTIME_SHAPE
 const uint RING_SLOTS = RING_ROOM;
 #define ENTRY_ITERS ((RING_CAP + SG_COUNT - 1u) / SG_COUNT)
 const uint ENTRY_SLOTS = (RING_ROOM - 1u + SG_COUNT - 1u) / SG_COUNT + 1u;
 #define RING_LANES ((RING_CAP + SG_SIZE - 1u) / SG_SIZE)
+const uint RING_LANES_ROOM = (RING_ROOM - 1u + SG_SIZE - 1u) / SG_SIZE;
 #else
 const uint RING_SLOTS = RING_CAP + 1u;
 const uint ENTRY_ITERS = (RING_CAP + SG_COUNT - 1u) / SG_COUNT;
 const uint ENTRY_SLOTS = ENTRY_ITERS + 1u;
 const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
+const uint RING_LANES_ROOM = RING_LANES;
 #endif
 // Ring entry j's d[v], read from the pool where it is used: the readout
 // reads each value once (one lane per entry); a flush's row update takes
@@ -378,11 +399,19 @@ const uint RING_LANES = (RING_CAP + SG_SIZE - 1u) / SG_SIZE;
 #if RSSM_TILES != 0
 #include "tile.glsl"
 // Padded extents of the flush product: rows V, inner n+1 (at most L), cols K.
-const uint PAD_V = (HEAD_V + TILE_M - 1u) / TILE_M * TILE_M;
+// (The arrays' extents from the rooms; the strides and loops the head's.)
 const uint PAD_J = (RING_ROOM + TILE_K - 1u) / TILE_K * TILE_K;
+#if RSSM_RUNTIME_SHAPE
+#define PAD_V ((HEAD_V + TILE_M - 1u) / TILE_M * TILE_M)
+#define PAD_K ((HEAD_K + TILE_N - 1u) / TILE_N * TILE_N)
+#else
+const uint PAD_V = (HEAD_V + TILE_M - 1u) / TILE_M * TILE_M;
 const uint PAD_K = (HEAD_K + TILE_N - 1u) / TILE_N * TILE_N;
-shared TILE_AB_T s_dx[FLUSH_ONLY(PAD_V * PAD_J)];  // [V][j]: d_0..d_{n-1}, zeros
-shared TILE_AB_T s_kx[FLUSH_ONLY(PAD_J * PAD_K)];  // [j][K]: KK_0..KK_{n-1}, zeros
+#endif
+const uint PAD_V_ROOM = (V_ROOM + TILE_M - 1u) / TILE_M * TILE_M;
+const uint PAD_K_ROOM = (K_ROOM + TILE_N - 1u) / TILE_N * TILE_N;
+shared TILE_AB_T s_dx[FLUSH_ONLY(PAD_V_ROOM * PAD_J)];  // [V][j]: d_0..d_{n-1}, zeros
+shared TILE_AB_T s_kx[FLUSH_ONLY(PAD_J * PAD_K_ROOM)];  // [j][K]: KK_0..KK_{n-1}, zeros
 #if RSSM_TILES == 1
 const uint TILE_SCRATCH = TILE_M * TILE_N;
 #else

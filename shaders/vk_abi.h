@@ -100,12 +100,17 @@
     U(slots_per_buffer) U(layer_words)                                             \
     U(ck_slot) U(ck_head) U(rd_slot) U(rd_head) U(rk_slot) U(rk_head)             \
     U(rg_slot) U(rg_head) U(num_qk_heads) U(num_v_heads)                          \
-    U(ring_len) U(ring_dt) U(io_dt)
-#define RSSM_VK_SHAPE_WORDS 15
+    U(head_k) U(head_v) U(ring_len) U(ring_dt) U(io_dt)
+#define RSSM_VK_SHAPE_WORDS 17
 /* The `_rt` modules' array extents for a ring of L entries: L rounded up
  * to a multiple of this (the RING_LEN specialization constant there), so
  * that rings up to 16 entries share a pipeline, and the emulated tiles'
  * padded inner extent (a multiple of TILE_K, 16) is what it would be. */
 #define RSSM_VK_RING_ROOM_STEP 16
+/* Their extents for a head of K channels and V rows: this where K (V) is at
+ * most this, else K (V) itself, so that the common head (128) and every
+ * smaller one share a pipeline; the host takes the head's own where the
+ * extents' shared memory would not fit (vk/vk_pipeline.c). */
+#define RSSM_VK_HEAD_ROOM 128
 
 #endif

@@ -40,18 +40,26 @@
 // UINT32_MAX; the entries are written regardless.
 
 // Window tokens per workgroup, at most: RSSM_MAX_DRAFT, and a window fits
-// the ring.
+// the ring (T_CAP; T_ROOM for the arrays: the same but in an `_rt` module,
+// the `window_rt` of a CPU device, where the ring length is a push
+// constant and RING_ROOM sizes them, as KQ_ROOM does the channels).
+#if RSSM_RUNTIME_SHAPE
+const uint T_ROOM = RING_ROOM - 1u < 16u ? RING_ROOM - 1u : 16u;
+#define T_CAP min(RING_CAP, 16u)
+#else
 const uint T_CAP = RING_CAP < 16u ? RING_CAP : 16u;
+const uint T_ROOM = T_CAP;
+#endif
 const uint KDA_ONLY = GATE_KIND == RSSM_CODE_GATE_KDA ? 1u : 0u;
-shared vec4 s_wkey[T_CAP * KQ];                          // k_t as the ring holds it
-shared vec4 s_wg[1u + (T_CAP * KQ - 1u) * KDA_ONLY];     // KDA: g_t per channel
-shared vec4 s_wq[T_CAP * KQ];                            // alpha_t Gamma_t q_t
-shared vec4 s_wk[T_CAP * KQ];                            // alpha_t Gamma_t k_t
-shared vec2 s_wc[T_CAP * RING_SLOTS];                    // (c_j^t(q), c_j^t(k))
-shared vec4 s_wn[T_CAP];                                 // q scale, k norm, k.q, beta
-shared float s_wgh[T_CAP];                               // GDN: g_t
-shared float s_wbeta[T_CAP];
-shared vec4 s_wred[T_CAP * SG_COUNT];                    // the subgroups' sums
+shared vec4 s_wkey[T_ROOM * KQ_ROOM];                          // k_t as the ring holds it
+shared vec4 s_wg[1u + (T_ROOM * KQ_ROOM - 1u) * KDA_ONLY];     // KDA: g_t per channel
+shared vec4 s_wq[T_ROOM * KQ_ROOM];                            // alpha_t Gamma_t q_t
+shared vec4 s_wk[T_ROOM * KQ_ROOM];                            // alpha_t Gamma_t k_t
+shared vec2 s_wc[T_ROOM * RING_SLOTS];                         // (c_j^t(q), c_j^t(k))
+shared vec4 s_wn[T_ROOM];                                      // q scale, k norm, k.q, beta
+shared float s_wgh[T_ROOM];                                    // GDN: g_t
+shared float s_wbeta[T_ROOM];
+shared vec4 s_wred[T_ROOM * SG_COUNT];                         // the subgroups' sums
 
 // x as ring dtype `dt` holds it.
 vec4 ring_round4(uint dt, vec4 x)
@@ -226,7 +234,7 @@ void main()
     // written whole by the one subgroup that holds both.
     for (uint v0 = v_begin + sg * ROW_BLOCK; v0 < v_end; v0 += ROWS_PER_PASS) {
         vec4 cur[ROW_BLOCK * ROW_QUADS];
-        float dl[RING_LANES * ROW_BLOCK]; // d_j[v] of entry j = lane + jb * SG_SIZE
+        float dl[RING_LANES_ROOM * ROW_BLOCK]; // d_j[v] of entry j = lane + jb * SG_SIZE
         [[unroll]] for (uint r = 0u; r < ROW_BLOCK; r++) {
             const uint v = v0 + r;
             [[unroll]] for (uint i = 0u; i < ROW_QUADS; i++) {

@@ -245,6 +245,7 @@ extern const vk_spirv vk_spirv_decode_packed_rt;
 extern const vk_spirv vk_spirv_decode_replay_rt;
 extern const vk_spirv vk_spirv_decode_replay_cm_emu_rt;
 extern const vk_spirv vk_spirv_window;           /* decode.comp with RSSM_WINDOW: shaders/window.glsl */
+extern const vk_spirv vk_spirv_window_rt;        /* ... as a CPU device runs it */
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 extern const vk_spirv vk_spirv_advance;          /* shaders/advance.comp */
 
@@ -289,7 +290,7 @@ void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uin
  * its shared memory; why it cannot run `p` on this device, or NULL; its
  * pipeline on a decode pipeline layout, with its workgroups per value head
  * in *split (RSSM_ERR_UNSUPPORTED with the refusal). */
-size_t vk_window_shared_bytes(const rssm_kernel_params *p);
+size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p);
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p);
 rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              VkPipeline *out, uint32_t *split, rssm_error *err);

@@ -33,11 +33,12 @@ static uint32_t ring_extent(const vk_ctx *ctx, uint32_t ring_len)
     return ctx->runtime_shape ? (ring_len + step - 1) / step * step : ring_len;
 }
 
-/* One pipeline's shared memory, as decode.comp declares it (FLUSH_ONLY
- * arrays are one element in the pipeline of the rows that do not flush). */
-static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows)
+/* One pipeline's shared memory, as decode.comp declares it for arrays of
+ * K channels and V rows (FLUSH_ONLY arrays are one element in the pipeline
+ * of the rows that do not flush). */
+static size_t shared_bytes_for(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows, size_t K, size_t V)
 {
-    const size_t K = p->head_k, V = p->head_v, L = ring_extent(ctx, p->ring_len);
+    const size_t L = ring_extent(ctx, p->ring_len);
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 3 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_v s_d s_o, s_red */
     if (vk_runs_packed(p))
@@ -54,10 +55,41 @@ static size_t pipeline_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params 
     return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
 }
 
+static size_t shared_bytes_max(const vk_ctx *ctx, const rssm_kernel_params *p, size_t K, size_t V)
+{
+    size_t flush = shared_bytes_for(ctx, p, true, K, V), readout = shared_bytes_for(ctx, p, false, K, V);
+    return flush > readout ? flush : readout;
+}
+
+/* An `_rt` module's extent for a head of x channels (rows). */
+static size_t head_room(size_t x)
+{
+    return x < RSSM_VK_HEAD_ROOM ? RSSM_VK_HEAD_ROOM : x;
+}
+
+/* The head extents of a decode pipeline's arrays (decode.comp's HEAD_K and
+ * HEAD_V specialization constants): the head's own, or in an `_rt` module
+ * (a CPU device) head_room's, so that every head of at most
+ * RSSM_VK_HEAD_ROOM channels and rows shares the pipeline, where the
+ * device's shared memory holds arrays of that size. */
+static void head_extents(const vk_ctx *ctx, const rssm_kernel_params *p, size_t *K, size_t *V)
+{
+    *K = p->head_k;
+    *V = p->head_v;
+    if (!ctx->runtime_shape)
+        return;
+    const size_t rk = head_room(*K), rv = head_room(*V);
+    if (shared_bytes_max(ctx, p, rk, rv) <= ctx->props.limits.maxComputeSharedMemorySize) {
+        *K = rk;
+        *V = rv;
+    }
+}
+
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    size_t flush = pipeline_shared_bytes(ctx, p, true), readout = pipeline_shared_bytes(ctx, p, false);
-    return flush > readout ? flush : readout;
+    size_t K, V;
+    head_extents(ctx, p, &K, &V);
+    return shared_bytes_max(ctx, p, K, V);
 }
 
 /* Workgroups per value head (decode.comp's ROW_SPLIT): enough that a step
@@ -260,6 +292,8 @@ void vk_shape_init(vk_shape *shape, const rssm_kernel_params *p, const rssm_laye
         .io_dt = p->io_dtype,
         .num_qk_heads = p->num_qk_heads,
         .num_v_heads = p->num_v_heads,
+        .head_k = p->head_k,
+        .head_v = p->head_v,
         .slots_per_buffer = slots_per_buffer,
         .layer_words = layer_words,
         .ck_slot = (uint32_t)(io->ckpt_slot / ssz),
@@ -313,8 +347,8 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
  * with L > 1 only) or of all of them (`rows`); a model that runs the packed
  * module has the one, RSSM_VK_ROWS_FLUSH. An `_rt` module (a CPU device)
  * reads `shape` from the push constants instead and its specialization
- * leaves it out (ring_extent sizes its ring arrays), so that models of one
- * gate and head shape share its pipelines. */
+ * leaves it out (ring_extent and head_extents size its arrays), so that
+ * models of one gate and state dtype share its pipelines. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
                                    VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *module,
                                    VkPipeline *out, rssm_error *err)
@@ -324,12 +358,21 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
     const vk_spirv *spv = module ? module : module_for(ctx, p, rows);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
-    const bool rt = !module && ctx->runtime_shape;
+    const bool window = spv == &vk_spirv_window_rt;
+    const bool rt = window || spv == &vk_spirv_decode_packed_rt || spv == &vk_spirv_decode_replay_rt ||
+                    spv == &vk_spirv_decode_replay_cm_emu_rt;
     const vk_shape none = {0}, *sp = rt ? &none : shape;
+    size_t head_k = p->head_k, head_v = p->head_v;
+    if (window) { /* its arrays are sized by K alone (vk_window_shared_bytes) */
+        head_k = head_room(head_k);
+        head_v = head_room(head_v);
+    } else if (rt) {
+        head_extents(ctx, p, &head_k, &head_v);
+    }
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
         [RSSM_VK_SPEC_GATE_KIND] = p->gate_kind,
-        [RSSM_VK_SPEC_HEAD_K] = p->head_k,
-        [RSSM_VK_SPEC_HEAD_V] = p->head_v,
+        [RSSM_VK_SPEC_HEAD_K] = (uint32_t)head_k,
+        [RSSM_VK_SPEC_HEAD_V] = (uint32_t)head_v,
         [RSSM_VK_SPEC_RING_LEN] = rt && !packed ? ring_extent(ctx, shape->ring_len) : shape->ring_len,
         [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
         [RSSM_VK_SPEC_STATE_DT] = p->state_dtype,
@@ -430,19 +473,34 @@ void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uin
     }
 }
 
-/* shaders/window.glsl's shared memory, as it declares it. */
-size_t vk_window_shared_bytes(const rssm_kernel_params *p)
+/* shaders/window.glsl's shared memory, as it declares it for arrays of K
+ * channels and a ring of L entries. */
+static size_t window_bytes(const rssm_kernel_params *p, size_t K, size_t L)
 {
-    const size_t cap = p->ring_cap, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = p->head_k / 4;
+    const size_t cap = L - 1, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = K / 4;
     const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
-    return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * (cap + 1) + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
+    return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * L + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
+}
+
+/* Whether the window runs `window_rt`: on a CPU device, where its arrays at
+ * the `_rt` extents fit (else the module specialised for the model). */
+static bool window_rt(const vk_ctx *ctx, const rssm_kernel_params *p)
+{
+    return ctx->runtime_shape && window_bytes(p, head_room(p->head_k), ring_extent(ctx, p->ring_len)) <=
+                                     ctx->props.limits.maxComputeSharedMemorySize;
+}
+
+size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
+{
+    return window_rt(ctx, p) ? window_bytes(p, head_room(p->head_k), ring_extent(ctx, p->ring_len))
+                             : window_bytes(p, p->head_k, p->ring_len);
 }
 
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
     if (p->ring_cap == 0)
         return "the model has no ring to hold draft tokens";
-    if (vk_window_shared_bytes(p) > ctx->props.limits.maxComputeSharedMemorySize)
+    if (vk_window_shared_bytes(ctx, p) > ctx->props.limits.maxComputeSharedMemorySize)
         return "the window kernel's shared memory for this head_k and ring exceeds the device's";
     return NULL;
 }
@@ -456,5 +514,6 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
     *split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
-    return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split, &vk_spirv_window, out, err);
+    return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split,
+                           window_rt(ctx, p) ? &vk_spirv_window_rt : &vk_spirv_window, out, err);
 }

@@ -49,6 +49,10 @@ static const uint32_t window_words[] = {
 #include "window.inc"
 };
 const vk_spirv vk_spirv_window = {"window", window_words, sizeof window_words};
+static const uint32_t window_rt_words[] = {
+#include "window_rt.inc"
+};
+const vk_spirv vk_spirv_window_rt = {"window_rt", window_rt_words, sizeof window_rt_words};
 
 static const uint32_t inplace_words[] = {
 #include "inplace.inc"

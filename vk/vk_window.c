@@ -195,7 +195,7 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
     }
     ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, w->pipeline);
     ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->decode.layout, 0, 1, &w->set, 0, NULL);
-    ctx->vk.vkCmdPushConstants(cb, b->decode.layout, VK_SHADER_STAGE_COMPUTE_BIT, 0, sizeof pc, &pc);
+    vk_decode_push(ctx, cb, &b->decode, &pc); /* the shape too, for `window_rt` */
     ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads * w->split, rows, layers);
     vk_cmd_barrier_after_compute(ctx, cb);
     if (b->queries)
