@@ -97,7 +97,7 @@
 // sets every one.
 layout(constant_id = RSSM_VK_SPEC_GATE_KIND) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
 #if RSSM_RUNTIME_SHAPE
-// At least the head's size, for array extents (RSSM_VK_HEAD_ROOM).
+// At least the head's size, for array extents (RSSM_VK_ROOMS).
 layout(constant_id = RSSM_VK_SPEC_HEAD_K) const uint K_ROOM = 128u;
 layout(constant_id = RSSM_VK_SPEC_HEAD_V) const uint V_ROOM = 128u;
 #define HEAD_K pc.head_k
@@ -109,7 +109,7 @@ const uint K_ROOM = HEAD_K;
 const uint V_ROOM = HEAD_V;
 #endif
 #if RSSM_RUNTIME_SHAPE
-// At least the ring length, for array extents (RSSM_VK_RING_ROOM_STEP).
+// At least the ring length, for array extents (RSSM_VK_ROOMS).
 layout(constant_id = RSSM_VK_SPEC_RING_LEN) const uint RING_ROOM = 16u;
 #define RING_LEN pc.ring_len
 #define RING_DT pc.ring_dt

@@ -102,15 +102,13 @@
     U(rg_slot) U(rg_head) U(num_qk_heads) U(num_v_heads)                          \
     U(head_k) U(head_v) U(ring_len) U(ring_dt) U(io_dt)
 #define RSSM_VK_SHAPE_WORDS 17
-/* The `_rt` modules' array extents for a ring of L entries: L rounded up
- * to a multiple of this (the RING_LEN specialization constant there), so
- * that rings up to 16 entries share a pipeline, and the emulated tiles'
- * padded inner extent (a multiple of TILE_K, 16) is what it would be. */
-#define RSSM_VK_RING_ROOM_STEP 16
-/* Their extents for a head of K channels and V rows: this where K (V) is at
- * most this, else K (V) itself, so that the common head (128) and every
- * smaller one share a pipeline; the host takes the head's own where the
- * extents' shared memory would not fit (vk/vk_pipeline.c). */
-#define RSSM_VK_HEAD_ROOM 128
+/* The `_rt` modules' array extents (their HEAD_K, HEAD_V and RING_LEN
+ * specialization constants): {K, V, L} rooms in order of preference; a
+ * model takes the first whose arrays fit the device's shared memory, each
+ * extent the room's where the model's is within it, else its own
+ * (vk/vk_pipeline.c), so that the models within a room share a pipeline.
+ * On lavapipe (32 KiB) the portable kernels and the window take the first,
+ * the emulated tiles the last. */
+#define RSSM_VK_ROOMS {128, 256, 32}, {128, 256, 16}, {128, 128, 32}, {128, 128, 16}
 
 #endif

@@ -23,22 +23,18 @@ void vk_model_params(const rssm_model *m, rssm_kernel_params *p)
     rssm_kernel_params_init(p, m, &layout, 1);
 }
 
-/* The extent of a replay pipeline's ring arrays (decode.comp's RING_LEN
- * specialization constant): the ring length, or in an `_rt` module (a CPU
- * device) the ring length rounded up to RSSM_VK_RING_ROOM_STEP, so that
- * models whose rings fall in one step share the pipeline. */
-static uint32_t ring_extent(const vk_ctx *ctx, uint32_t ring_len)
-{
-    const uint32_t step = RSSM_VK_RING_ROOM_STEP;
-    return ctx->runtime_shape ? (ring_len + step - 1) / step * step : ring_len;
-}
+/* The extents a pipeline's arrays are sized for (decode.comp's HEAD_K,
+ * HEAD_V and RING_LEN specialization constants). */
+typedef struct vk_extents {
+    size_t k, v, ring;
+} vk_extents;
 
-/* One pipeline's shared memory, as decode.comp declares it for arrays of
- * K channels and V rows (FLUSH_ONLY arrays are one element in the pipeline
+/* One decode pipeline's shared memory, as decode.comp declares it for
+ * arrays of extents `e` (FLUSH_ONLY arrays are one element in the pipeline
  * of the rows that do not flush). */
-static size_t shared_bytes_for(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows, size_t K, size_t V)
+static size_t decode_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool flush_rows, vk_extents e)
 {
-    const size_t L = ring_extent(ctx, p->ring_len);
+    const size_t K = e.k, V = e.v, L = e.ring;
     const size_t S = RSSM_VK_SUBGROUPS;
     size_t bytes = 6 * K * 4 + 3 * V * 4 + S * 16; /* s_q4 s_k4 s_g4 s_ag4 s_wq4 s_wk4, s_v s_d s_o, s_red */
     if (vk_runs_packed(p))
@@ -55,41 +51,52 @@ static size_t shared_bytes_for(const vk_ctx *ctx, const rssm_kernel_params *p, b
     return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
 }
 
-static size_t shared_bytes_max(const vk_ctx *ctx, const rssm_kernel_params *p, size_t K, size_t V)
+/* shaders/window.glsl's shared memory, as it declares it for extents `e`
+ * (its arrays are sized by K and the ring alone). */
+static size_t window_bytes(const rssm_kernel_params *p, vk_extents e)
 {
-    size_t flush = shared_bytes_for(ctx, p, true, K, V), readout = shared_bytes_for(ctx, p, false, K, V);
+    const size_t cap = e.ring - 1, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = e.k / 4;
+    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
+    return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * e.ring + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
+}
+
+/* The shared memory of a model's decode pipelines (window: its window's)
+ * with arrays of extents `e`: the larger of the two a replay step has. */
+static size_t shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool window, vk_extents e)
+{
+    if (window)
+        return window_bytes(p, e);
+    const size_t flush = decode_bytes(ctx, p, true, e), readout = decode_bytes(ctx, p, false, e);
     return flush > readout ? flush : readout;
 }
 
-/* An `_rt` module's extent for a head of x channels (rows). */
-static size_t head_room(size_t x)
+/* The extents of a model's decode pipelines (window: its window's): its
+ * own, or on a device that runs the `_rt` modules (a CPU device) the first
+ * of RSSM_VK_ROOMS whose arrays fit the device's shared memory, each
+ * extent that room's where the model's is within it, so that every model
+ * within the rooms shares the pipelines. A model past every room (or too
+ * large for them) has its own. */
+static vk_extents extents(const vk_ctx *ctx, const rssm_kernel_params *p, bool window)
 {
-    return x < RSSM_VK_HEAD_ROOM ? RSSM_VK_HEAD_ROOM : x;
-}
-
-/* The head extents of a decode pipeline's arrays (decode.comp's HEAD_K and
- * HEAD_V specialization constants): the head's own, or in an `_rt` module
- * (a CPU device) head_room's, so that every head of at most
- * RSSM_VK_HEAD_ROOM channels and rows shares the pipeline, where the
- * device's shared memory holds arrays of that size. */
-static void head_extents(const vk_ctx *ctx, const rssm_kernel_params *p, size_t *K, size_t *V)
-{
-    *K = p->head_k;
-    *V = p->head_v;
+    const vk_extents own = {p->head_k, p->head_v, vk_runs_packed(p) ? 1 : p->ring_len};
     if (!ctx->runtime_shape)
-        return;
-    const size_t rk = head_room(*K), rv = head_room(*V);
-    if (shared_bytes_max(ctx, p, rk, rv) <= ctx->props.limits.maxComputeSharedMemorySize) {
-        *K = rk;
-        *V = rv;
+        return own;
+    static const uint32_t rooms[][3] = {RSSM_VK_ROOMS};
+    for (size_t i = 0; i < sizeof rooms / sizeof rooms[0]; i++) {
+        const vk_extents e = {
+            own.k <= rooms[i][0] ? rooms[i][0] : own.k,
+            own.v <= rooms[i][1] ? rooms[i][1] : own.v,
+            own.ring == 1 || own.ring > rooms[i][2] ? own.ring : rooms[i][2],
+        };
+        if (shared_bytes(ctx, p, window, e) <= ctx->props.limits.maxComputeSharedMemorySize)
+            return e;
     }
+    return own;
 }
 
 size_t vk_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    size_t K, V;
-    head_extents(ctx, p, &K, &V);
-    return shared_bytes_max(ctx, p, K, V);
+    return shared_bytes(ctx, p, false, extents(ctx, p, false));
 }
 
 /* Workgroups per value head (decode.comp's ROW_SPLIT): enough that a step
@@ -347,8 +354,8 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
  * with L > 1 only) or of all of them (`rows`); a model that runs the packed
  * module has the one, RSSM_VK_ROWS_FLUSH. An `_rt` module (a CPU device)
  * reads `shape` from the push constants instead and its specialization
- * leaves it out (ring_extent and head_extents size its arrays), so that
- * models of one gate and state dtype share its pipelines. */
+ * leaves it out (extents() sizes its arrays), so that models of one gate
+ * and state dtype share its pipelines. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
                                    VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *module,
                                    VkPipeline *out, rssm_error *err)
@@ -358,22 +365,21 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
     const vk_spirv *spv = module ? module : module_for(ctx, p, rows);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
-    const bool window = spv == &vk_spirv_window_rt;
-    const bool rt = window || spv == &vk_spirv_decode_packed_rt || spv == &vk_spirv_decode_replay_rt ||
-                    spv == &vk_spirv_decode_replay_cm_emu_rt;
+    const bool window = spv == &vk_spirv_window || spv == &vk_spirv_window_rt;
+    const bool rt = spv == &vk_spirv_window_rt || spv == &vk_spirv_decode_packed_rt ||
+                    spv == &vk_spirv_decode_replay_rt || spv == &vk_spirv_decode_replay_cm_emu_rt;
     const vk_shape none = {0}, *sp = rt ? &none : shape;
-    size_t head_k = p->head_k, head_v = p->head_v;
-    if (window) { /* its arrays are sized by K alone (vk_window_shared_bytes) */
-        head_k = head_room(head_k);
-        head_v = head_room(head_v);
-    } else if (rt) {
-        head_extents(ctx, p, &head_k, &head_v);
+    vk_extents e = {p->head_k, p->head_v, shape->ring_len};
+    if (rt) {
+        e = extents(ctx, p, window);
+        if (window) /* its arrays take no V: one value for every model */
+            e.v = 0;
     }
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
         [RSSM_VK_SPEC_GATE_KIND] = p->gate_kind,
-        [RSSM_VK_SPEC_HEAD_K] = (uint32_t)head_k,
-        [RSSM_VK_SPEC_HEAD_V] = (uint32_t)head_v,
-        [RSSM_VK_SPEC_RING_LEN] = rt && !packed ? ring_extent(ctx, shape->ring_len) : shape->ring_len,
+        [RSSM_VK_SPEC_HEAD_K] = (uint32_t)e.k,
+        [RSSM_VK_SPEC_HEAD_V] = (uint32_t)e.v,
+        [RSSM_VK_SPEC_RING_LEN] = (uint32_t)e.ring,
         [RSSM_VK_SPEC_SG_SIZE] = ctx->subgroup_size,
         [RSSM_VK_SPEC_STATE_DT] = p->state_dtype,
         [RSSM_VK_SPEC_RING_DT] = sp->ring_dt,
@@ -473,27 +479,16 @@ void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uin
     }
 }
 
-/* shaders/window.glsl's shared memory, as it declares it for arrays of K
- * channels and a ring of L entries. */
-static size_t window_bytes(const rssm_kernel_params *p, size_t K, size_t L)
+/* The window's module: a CPU device's takes its extents at run time, as
+ * the decode's do. */
+static const vk_spirv *window_module(const vk_ctx *ctx)
 {
-    const size_t cap = L - 1, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = K / 4;
-    const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
-    return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * L + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
-}
-
-/* Whether the window runs `window_rt`: on a CPU device, where its arrays at
- * the `_rt` extents fit (else the module specialised for the model). */
-static bool window_rt(const vk_ctx *ctx, const rssm_kernel_params *p)
-{
-    return ctx->runtime_shape && window_bytes(p, head_room(p->head_k), ring_extent(ctx, p->ring_len)) <=
-                                     ctx->props.limits.maxComputeSharedMemorySize;
+    return ctx->runtime_shape ? &vk_spirv_window_rt : &vk_spirv_window;
 }
 
 size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    return window_rt(ctx, p) ? window_bytes(p, head_room(p->head_k), ring_extent(ctx, p->ring_len))
-                             : window_bytes(p, p->head_k, p->ring_len);
+    return window_bytes(p, extents(ctx, p, true));
 }
 
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
@@ -515,5 +510,5 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
     /* split as the read-only rows' pipeline: a window flushes nothing */
     *split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
     return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split,
-                           window_rt(ctx, p) ? &vk_spirv_window_rt : &vk_spirv_window, out, err);
+                           window_module(ctx), out, err);
 }
