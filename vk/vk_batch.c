@@ -227,8 +227,7 @@ void vk_batch_sets_write(vk_ctx *ctx, const vk_batch *b, VkDescriptorSet set, Vk
 static rssm_status create_descriptors(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
     _Static_assert(BIND_COUNT <= VK_MAX_BINDINGS, "bindings");
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, vk_decode_push_bytes(ctx), false,
-                                       &b->set_layout, &b->decode.layout, err);
+    rssm_status st = vk_shared_layouts(ctx, false, &b->set_layout, &b->decode.layout, err);
     if (st != RSSM_OK)
         return st;
     st = vk_batch_sets_create(ctx, b, 1, &b->descriptor_pool, &b->set, err);
@@ -337,10 +336,8 @@ void vk_batch_destroy(void *vctx, void *vbatch)
     vk_window_destroy(ctx, b->window);
     if (b->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, b->descriptor_pool, NULL);
-    if (b->decode.layout)
-        ctx->vk.vkDestroyPipelineLayout(ctx->device, b->decode.layout, NULL);
-    if (b->set_layout)
-        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, b->set_layout, NULL);
+    /* b->decode's pipelines and layouts, and the window's pipeline, are
+     * the device's (vk_shared.c) */
     vk_buffer_destroy(ctx, &b->header);
     vk_buffer_destroy(ctx, &b->overflow);
     vk_buffer_destroy(ctx, &b->io_host);

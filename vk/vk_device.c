@@ -495,6 +495,7 @@ rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
         return rssm_set_error(err, RSSM_ERR_OUT_OF_MEMORY, "vulkan: out of host memory");
     ctx->kernels = kernels;
     pthread_mutex_init(&ctx->queue_lock, NULL);
+    pthread_mutex_init(&ctx->shared_lock, NULL);
     ctx->validation = env_on("RSSM_VK_VALIDATION");
     /* The emulated tiles use the common 16x16x16 shape; read_coopmat
      * replaces it with a device shape for the real ones. */
@@ -545,6 +546,7 @@ void vk_ctx_destroy(vk_ctx *ctx)
     ctx->destroying = true;
     if (ctx->device) {
         ctx->vk.vkDeviceWaitIdle(ctx->device);
+        vk_shared_destroy(ctx);
         if (ctx->pipeline_cache)
             ctx->vk.vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
         if (ctx->transfer_fence)
@@ -557,7 +559,9 @@ void vk_ctx_destroy(vk_ctx *ctx)
         ctx->fi.DestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
     if (ctx->instance)
         ctx->fi.DestroyInstance(ctx->instance, NULL);
+    free(ctx->shared); /* a device that never came up */
     pthread_mutex_destroy(&ctx->queue_lock);
+    pthread_mutex_destroy(&ctx->shared_lock);
     if (ctx->cache_lock_ready)
         pthread_mutex_destroy(&ctx->cache_lock);
     free(ctx);

@@ -119,8 +119,17 @@ typedef struct vk_ctx {
     pthread_mutex_t cache_lock;                /* path, note, bytes, the file */
     bool cache_lock_ready;
 
+    /* Pipelines and layouts shared by every batch and layer object of the
+     * device (vk_shared.c), under shared_lock. */
+    pthread_mutex_t shared_lock;
+    VkDescriptorSetLayout shared_set_layout[2]; /* batches; layer objects (pushed descriptors) */
+    VkPipelineLayout shared_layout[2];
+    struct vk_shared_entry *shared;
+    size_t shared_count, shared_cap;
+
     char device_line[320];
 } vk_ctx;
+typedef struct vk_shared_entry vk_shared_entry;
 
 typedef struct vk_pool {
     rssm_slot_layout layout;
@@ -269,9 +278,10 @@ void vk_shape_init(vk_shape *shape, const rssm_kernel_params *p, const rssm_laye
  * arrays' row strides of `io`; every base word 0, no optional tensor, one
  * row, slots from io. */
 void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io *io);
-/* The decode pipelines of `p` on `layout` for a step of up to max_rows
- * rows (p->max_rows); *d's handles are VK_NULL_HANDLE where their
- * creation failed (vk_decode_destroy frees what was made). */
+/* The decode pipelines of `p` on `layout` (one of vk_shared_layouts') for
+ * a step of up to max_rows rows (p->max_rows), the device's shared ones
+ * (vk_shared.c); *d's handles are VK_NULL_HANDLE where their creation
+ * failed. vk_decode_destroy only lets go of them. */
 rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              vk_decode *d, rssm_error *err);
 void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
@@ -317,6 +327,21 @@ rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_cou
 rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
                                 const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
                                 VkPipelineLayout layout, VkPipeline *out, rssm_error *err);
+
+/* ---- vk_shared.c: what every batch and layer object of a device shares,
+ * made at the first request and kept until vk_shared_destroy (the backend's
+ * destroy). Callers never destroy what these return. */
+/* The decode pipeline layout of batches, or with `push` of layer objects
+ * (their descriptors pushed), and its descriptor set layout. */
+rssm_status vk_shared_layouts(vk_ctx *ctx, bool push, VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout,
+                              rssm_error *err);
+/* The pipeline of `spv` with the RSSM_VK_SPEC_COUNT specialization
+ * constants `spec` on `layout` (one of vk_shared_layouts'), as
+ * vk_compute_pipeline makes it; the same handle for the same request. */
+rssm_status vk_shared_pipeline(vk_ctx *ctx, const vk_spirv *spv, const uint32_t *spec, const void *stage_next,
+                               VkPipelineShaderStageCreateFlags stage_flags, VkPipelineLayout layout, VkPipeline *out,
+                               rssm_error *err);
+void vk_shared_destroy(vk_ctx *ctx);
 
 /* ---- vk_batch.c */
 rssm_status vk_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,

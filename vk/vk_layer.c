@@ -131,13 +131,9 @@ void vk_layer_destroy(void *vctx, void *vlayer)
     vk_layer *l = vlayer;
     if (!l)
         return;
+    /* the decode and window pipelines and their layouts are the device's
+     * (vk_shared.c) */
     vk_decode_destroy(ctx, &l->decode);
-    if (l->window)
-        ctx->vk.vkDestroyPipeline(ctx->device, l->window, NULL);
-    if (l->decode.layout)
-        ctx->vk.vkDestroyPipelineLayout(ctx->device, l->decode.layout, NULL);
-    if (l->set_layout)
-        ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, l->set_layout, NULL);
     if (l->advance)
         ctx->vk.vkDestroyPipeline(ctx->device, l->advance, NULL);
     if (l->advance_layout)
@@ -210,8 +206,7 @@ rssm_status vk_layer_create(void *vctx, const rssm_kernel_params *p, const rssm_
     vk_push_init(&l->push, p, shape);
     vk_shape vs;
     vk_shape_init(&vs, p, shape, 0, 0);
-    rssm_status st = vk_layouts_create(ctx, BIND_COUNT, RSSM_VK_POOL_BUFFERS, vk_decode_push_bytes(ctx), true,
-                                       &l->set_layout, &l->decode.layout, err);
+    rssm_status st = vk_shared_layouts(ctx, true, &l->set_layout, &l->decode.layout, err);
     if (st == RSSM_OK)
         st = vk_decode_create(ctx, &vs, p, l->decode.layout, &l->decode, err);
     if (st == RSSM_OK)

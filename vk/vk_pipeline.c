@@ -410,23 +410,14 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
         [RSSM_VK_SPEC_RG_SLOT] = packed ? 0 : sp->rg_slot,
         [RSSM_VK_SPEC_RG_HEAD] = packed ? 0 : sp->rg_head,
     };
-    VkSpecializationMapEntry entries[RSSM_VK_SPEC_COUNT];
-    for (uint32_t i = 0; i < RSSM_VK_SPEC_COUNT; i++)
-        entries[i] = (VkSpecializationMapEntry){.constantID = i, .offset = 4 * i, .size = 4};
-    VkSpecializationInfo spec = {
-        .mapEntryCount = RSSM_VK_SPEC_COUNT,
-        .pMapEntries = entries,
-        .dataSize = sizeof values,
-        .pData = values,
-    };
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
         .requiredSubgroupSize = ctx->subgroup_size,
     };
-    return vk_compute_pipeline(ctx, spv, &spec, ctx->subgroup_size_control ? &req : NULL,
-                               ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
-                                                          : 0,
-                               layout, out, err);
+    return vk_shared_pipeline(ctx, spv, values, ctx->subgroup_size_control ? &req : NULL,
+                              ctx->subgroup_size_control ? VK_PIPELINE_SHADER_STAGE_CREATE_REQUIRE_FULL_SUBGROUPS_BIT
+                                                         : 0,
+                              layout, out, err);
 }
 
 rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
@@ -459,10 +450,7 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
 
 void vk_decode_destroy(vk_ctx *ctx, vk_decode *d)
 {
-    if (d->flush)
-        ctx->vk.vkDestroyPipeline(ctx->device, d->flush, NULL);
-    if (d->readout)
-        ctx->vk.vkDestroyPipeline(ctx->device, d->readout, NULL);
+    (void)ctx; /* the pipelines are the device's (vk_shared.c) */
     d->flush = d->readout = VK_NULL_HANDLE;
 }
 

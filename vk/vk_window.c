@@ -31,8 +31,7 @@ void vk_window_destroy(vk_ctx *ctx, vk_window *w)
 {
     if (!w)
         return;
-    if (w->pipeline)
-        ctx->vk.vkDestroyPipeline(ctx->device, w->pipeline, NULL);
+    /* w->pipeline is the device's (vk_shared.c) */
     if (w->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, w->descriptor_pool, NULL);
     vk_buffer_destroy(ctx, &w->io_dev);
