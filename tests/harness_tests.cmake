@@ -28,9 +28,13 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
            COMMAND $<TARGET_FILE:rssm_cli> conform --quick --backend vulkan:portable --backend vulkan:coopmat-emulated
                    --case replay/fp32-L16 --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring
                    --case kda/replay/staggered --case packed/fp32)
+  # COST: started first by `ctest -j`. Its pipelines are its own (nothing
+  # else runs the GPU's modules here), two and a half minutes of compiling
+  # on a cold machine, which run alone at the end of the suite otherwise.
   set_tests_properties(conform_vk_split PROPERTIES
     ENVIRONMENT "${RSSM_TEST_ENV};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=1;RSSM_VK_RUNTIME_SHAPE=0"
     LABELS "conformance"
+    COST 1000
     TIMEOUT 1500)
   # A bf16 state's `_s16` modules (blocks of eight rows; the packed step and
   # a replay step's read-only rows on a GPU), with two dispatches a replay
