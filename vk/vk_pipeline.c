@@ -365,16 +365,13 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
     const vk_spirv *spv = module ? module : module_for(ctx, p, rows);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
-    const bool window = spv == &vk_spirv_window || spv == &vk_spirv_window_rt;
-    const bool rt = spv == &vk_spirv_window_rt || spv == &vk_spirv_decode_packed_rt ||
-                    spv == &vk_spirv_decode_replay_rt || spv == &vk_spirv_decode_replay_cm_emu_rt;
+    /* A runtime_shape device runs only `_rt` modules (module_for,
+     * window_module). */
+    const bool rt = ctx->runtime_shape, window = spv == &vk_spirv_window || spv == &vk_spirv_window_rt;
     const vk_shape none = {0}, *sp = rt ? &none : shape;
-    vk_extents e = {p->head_k, p->head_v, shape->ring_len};
-    if (rt) {
-        e = extents(ctx, p, window);
-        if (window) /* its arrays take no V: one value for every model */
-            e.v = 0;
-    }
+    vk_extents e = extents(ctx, p, window);
+    if (rt && window) /* its arrays take no V: one value for every model */
+        e.v = 0;
     uint32_t values[RSSM_VK_SPEC_COUNT] = {
         [RSSM_VK_SPEC_GATE_KIND] = p->gate_kind,
         [RSSM_VK_SPEC_HEAD_K] = (uint32_t)e.k,
