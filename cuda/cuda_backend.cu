@@ -270,9 +270,8 @@ rssm_status cuda_create(const char *variant, int device, void **out, rssm_error 
     rssm_cuda_code code[RSSM_CUDA_PARTS];
     cudaError_t code_error = cudaSuccess;
     device_code(code, &code_error);
-    const size_t bulk_smem = rssm_cuda_bulk_smem_bytes() > rssm_cuda_window_bulk_smem_bytes()
-                                 ? rssm_cuda_bulk_smem_bytes()
-                                 : rssm_cuda_window_bulk_smem_bytes();
+    const size_t decode_smem = rssm_cuda_bulk_smem_bytes(), window_smem = rssm_cuda_window_bulk_smem_bytes();
+    const size_t bulk_smem = decode_smem > window_smem ? decode_smem : window_smem;
     rssm_cuda_kernels_decide(RSSM_CUDA_TARGETS, c->prop.major, c->prop.minor, c->prop.sharedMemPerBlockOptin,
                              bulk_smem, code, &c->kernels);
     if (!c->kernels.runs) {

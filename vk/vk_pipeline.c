@@ -355,14 +355,14 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
  * module has the one, RSSM_VK_ROWS_FLUSH. An `_rt` module (a CPU device)
  * reads `shape` from the push constants instead and its specialization
  * leaves it out (extents() sizes its arrays), so that models of one gate
- * and state dtype share its pipelines. */
+ * and state dtype share its pipelines. `spv`: module_for's module for
+ * `rows`, or the window's. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
-                                   VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *module,
+                                   VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *spv,
                                    VkPipeline *out, rssm_error *err)
 {
     const bool flush_rows = rows != RSSM_VK_ROWS_READ_ONLY;
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
-    const vk_spirv *spv = module ? module : module_for(ctx, p, rows);
     if (spv->size == 0)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: %s was not built into this rssm", spv->name);
     /* A runtime_shape device runs only `_rt` modules (module_for,
@@ -435,12 +435,14 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
                      (ctx->tune_one_dispatch >= 0 ? ctx->tune_one_dispatch != 0
                                                   : !vk_cpu_device(ctx) && groups <= VK_ONE_DISPATCH_WORKGROUPS);
     const uint32_t rows = one ? RSSM_VK_ROWS_ALL : RSSM_VK_ROWS_FLUSH;
-    d->split = vk_row_split(ctx, p, p->max_rows, rows, module_row_block(module_for(ctx, p, rows)));
-    rssm_status st = pipeline_create(ctx, shape, p, layout, rows, d->split, NULL, &d->flush, err);
+    const vk_spirv *module = module_for(ctx, p, rows);
+    d->split = vk_row_split(ctx, p, p->max_rows, rows, module_row_block(module));
+    rssm_status st = pipeline_create(ctx, shape, p, layout, rows, d->split, module, &d->flush, err);
     if (st == RSSM_OK && !packed && !one) {
-        const uint32_t block = module_row_block(module_for(ctx, p, RSSM_VK_ROWS_READ_ONLY));
-        d->split_readout = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, block);
-        st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, NULL, &d->readout, err);
+        module = module_for(ctx, p, RSSM_VK_ROWS_READ_ONLY);
+        d->split_readout = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, module_row_block(module));
+        st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, module, &d->readout,
+                             err);
     }
     return st;
 }
