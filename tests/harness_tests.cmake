@@ -22,18 +22,45 @@ set_tests_properties(conform_gdn conform_kda PROPERTIES
 # every row (the portable variant; the tiles' flush keeps two), the prefetched row blocks and
 # the modules specialised for the model's strides, head counts, ring length
 # and dtypes (a CPU device runs the `_rt` ones, vk/vk_device.c), on the
-# Vulkan variants, for a few cases of both gates.
+# Vulkan variants, for a few cases of both gates; on lavapipe with 4-wide
+# subgroups, where a block's row sums are plain subgroupAdds and a lane
+# reads several ring entries (vk/README.md, "Subgroup sizes"). Skipped on
+# any other Vulkan device (tests/vk_subgroup_conform.cmake), whose default
+# kernels are these.
 if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
+  # lavapipe with another vector width (LP_NATIVE_VECTOR_WIDTH: 128 bits are
+  # 4-wide subgroups, 512 bits 16-wide; no other device reads it), with its
+  # own Mesa shader cache and pipeline cache: Mesa keys neither by the width,
+  # and a shader without a subgroup size in its specialization would be
+  # found compiled for another. The Mesa cache is in the user's cache
+  # directory, as Mesa's own is, so that every build tree's tests (the
+  # sanitizer build's, tools/test) find the compiles of the first.
+  if(DEFINED ENV{XDG_CACHE_HOME})
+    set(_cache "$ENV{XDG_CACHE_HOME}")
+  elseif(DEFINED ENV{HOME})
+    set(_cache "$ENV{HOME}/.cache")
+  else()
+    set(_cache "${CMAKE_BINARY_DIR}")
+  endif()
+  foreach(_bits 128 512)
+    math(EXPR _lanes "${_bits} / 32")
+    set(RSSM_TEST_ENV_SG${_lanes} "RSSM_VK_VALIDATION=1"
+        "RSSM_VK_PIPELINE_CACHE=${CMAKE_BINARY_DIR}/vk-pipeline-cache-${_bits}"
+        "MESA_SHADER_CACHE_DIR=${_cache}/rssm-lavapipe-${_bits}" "LP_NATIVE_VECTOR_WIDTH=${_bits}")
+  endforeach()
+  set(_args --quick --backend vulkan:portable --backend vulkan:coopmat-emulated --case replay/fp32-L16
+            --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring --case kda/replay/staggered
+            --case packed/fp32)
   add_test(NAME conform_vk_split
-           COMMAND $<TARGET_FILE:rssm_cli> conform --quick --backend vulkan:portable --backend vulkan:coopmat-emulated
-                   --case replay/fp32-L16 --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring
-                   --case kda/replay/staggered --case packed/fp32)
+           COMMAND ${CMAKE_COMMAND} -DRSSM=$<TARGET_FILE:rssm_cli> -DLANES=4 "-DARGS=${_args}"
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/vk_subgroup_conform.cmake)
   # COST: started first by `ctest -j`. Its pipelines are its own (nothing
   # else runs the GPU's modules here), two and a half minutes of compiling
   # on a cold machine, which run alone at the end of the suite otherwise.
   set_tests_properties(conform_vk_split PROPERTIES
-    ENVIRONMENT "${RSSM_TEST_ENV};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=1;RSSM_VK_RUNTIME_SHAPE=0"
+    ENVIRONMENT "${RSSM_TEST_ENV_SG4};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=1;RSSM_VK_RUNTIME_SHAPE=0"
     LABELS "conformance"
+    SKIP_REGULAR_EXPRESSION "rssm-skip:"
     COST 1000
     TIMEOUT 1500)
   # A bf16 state's `_s16` modules (blocks of eight rows; the packed step and
@@ -46,6 +73,19 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
   set_tests_properties(conform_vk_s16 PROPERTIES
     ENVIRONMENT "${RSSM_TEST_ENV};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=0;RSSM_VK_RUNTIME_SHAPE=0"
     LABELS "conformance"
+    TIMEOUT 600)
+  # 16-wide subgroups (lavapipe with 512-bit vectors), a CPU device's
+  # kernels: a replay of mixed positions (flush and read-only rows) and the
+  # verify window. COST: its pipelines are its own, as conform_vk_split's.
+  set(_args --quick --backend vulkan:portable --case kda/replay/staggered --case gdn/replay/verify-T8)
+  add_test(NAME conform_vk_sg16
+           COMMAND ${CMAKE_COMMAND} -DRSSM=$<TARGET_FILE:rssm_cli> -DLANES=16 "-DARGS=${_args}"
+                   -P ${CMAKE_CURRENT_SOURCE_DIR}/vk_subgroup_conform.cmake)
+  set_tests_properties(conform_vk_sg16 PROPERTIES
+    ENVIRONMENT "${RSSM_TEST_ENV_SG16}"
+    LABELS "conformance"
+    SKIP_REGULAR_EXPRESSION "rssm-skip:"
+    COST 900
     TIMEOUT 600)
 endif()
 
