@@ -32,10 +32,13 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
   # 4-wide subgroups, 512 bits 16-wide; no other device reads it), with its
   # own Mesa shader cache and pipeline cache: Mesa keys neither by the width,
   # and a shader without a subgroup size in its specialization would be
-  # found compiled for another. The Mesa cache is in the user's cache
-  # directory, as Mesa's own is, so that every build tree's tests (the
-  # sanitizer build's, tools/test) find the compiles of the first.
-  if(DEFINED ENV{XDG_CACHE_HOME})
+  # found compiled for another. The Mesa caches are where Mesa's own is (its
+  # MESA_SHADER_CACHE_DIR at configure time, as CI sets it, else the user's
+  # cache directory), so that every build tree's tests (the sanitizer
+  # build's, tools/test) find the compiles of the first.
+  if(DEFINED ENV{MESA_SHADER_CACHE_DIR})
+    set(_cache "$ENV{MESA_SHADER_CACHE_DIR}")
+  elseif(DEFINED ENV{XDG_CACHE_HOME})
     set(_cache "$ENV{XDG_CACHE_HOME}")
   elseif(DEFINED ENV{HOME})
     set(_cache "$ENV{HOME}/.cache")
