@@ -45,27 +45,32 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
   else()
     set(_cache "${CMAKE_BINARY_DIR}")
   endif()
-  foreach(_bits 128 512)
-    math(EXPR _lanes "${_bits} / 32")
-    set(RSSM_TEST_ENV_SG${_lanes} "RSSM_VK_VALIDATION=1"
-        "RSSM_VK_PIPELINE_CACHE=${CMAKE_BINARY_DIR}/vk-pipeline-cache-${_bits}"
-        "MESA_SHADER_CACHE_DIR=${_cache}/rssm-lavapipe-${_bits}" "LP_NATIVE_VECTOR_WIDTH=${_bits}")
-  endforeach()
-  set(_args --quick --backend vulkan:portable --backend vulkan:coopmat-emulated --case replay/fp32-L16
-            --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring --case kda/replay/staggered
-            --case packed/fp32)
-  add_test(NAME conform_vk_split
-           COMMAND ${CMAKE_COMMAND} -DRSSM=$<TARGET_FILE:rssm_cli> -DLANES=4 "-DARGS=${_args}"
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/vk_subgroup_conform.cmake)
+  # A conformance test on lavapipe at `bits`-bit vectors (bits / 32 lanes):
+  # rssm conform ARGS through tests/vk_subgroup_conform.cmake, in the
+  # environment of that width and ENV, with its COST and TIMEOUT.
+  function(rssm_lavapipe_width_test name bits)
+    cmake_parse_arguments(W "" "COST;TIMEOUT" "ENV;ARGS" ${ARGN})
+    math(EXPR lanes "${bits} / 32")
+    add_test(NAME ${name}
+             COMMAND ${CMAKE_COMMAND} -DRSSM=$<TARGET_FILE:rssm_cli> -DLANES=${lanes} "-DARGS=${W_ARGS}"
+                     -P ${CMAKE_CURRENT_SOURCE_DIR}/vk_subgroup_conform.cmake)
+    set(env RSSM_VK_VALIDATION=1 RSSM_VK_PIPELINE_CACHE=${CMAKE_BINARY_DIR}/vk-pipeline-cache-${bits}
+            MESA_SHADER_CACHE_DIR=${_cache}/rssm-lavapipe-${bits} LP_NATIVE_VECTOR_WIDTH=${bits} ${W_ENV})
+    set_tests_properties(${name} PROPERTIES
+      ENVIRONMENT "${env}"
+      LABELS "conformance"
+      SKIP_REGULAR_EXPRESSION "rssm-skip:"
+      COST ${W_COST}
+      TIMEOUT ${W_TIMEOUT})
+  endfunction()
   # COST: started first by `ctest -j`. Its pipelines are its own (nothing
   # else runs the GPU's modules here), two and a half minutes of compiling
   # on a cold machine, which run alone at the end of the suite otherwise.
-  set_tests_properties(conform_vk_split PROPERTIES
-    ENVIRONMENT "${RSSM_TEST_ENV_SG4};RSSM_VK_ROW_SPLIT=8;RSSM_VK_PREFETCH=1;RSSM_VK_ONE_DISPATCH=1;RSSM_VK_RUNTIME_SHAPE=0"
-    LABELS "conformance"
-    SKIP_REGULAR_EXPRESSION "rssm-skip:"
-    COST 1000
-    TIMEOUT 1500)
+  rssm_lavapipe_width_test(conform_vk_split 128 COST 1000 TIMEOUT 1500
+    ENV RSSM_VK_ROW_SPLIT=8 RSSM_VK_PREFETCH=1 RSSM_VK_ONE_DISPATCH=1 RSSM_VK_RUNTIME_SHAPE=0
+    ARGS --quick --backend vulkan:portable --backend vulkan:coopmat-emulated --case replay/fp32-L16
+         --case replay/forced-flush --case gdn/replay/shape-odd-fp16-ring --case kda/replay/staggered
+         --case packed/fp32)
   # A bf16 state's `_s16` modules (blocks of eight rows; the packed step and
   # a replay step's read-only rows on a GPU), with two dispatches a replay
   # step so that the read-only rows run them, on a head whose rows end
@@ -82,16 +87,8 @@ if(RSSM_BACKEND_DEFINES MATCHES "RSSM_HAVE_VULKAN")
   # verify window, of one gate (KDA: per-channel decays), whose decode
   # pipelines the window's steps share (a second gate's were half its time).
   # COST: its pipelines are its own, as conform_vk_split's.
-  set(_args --quick --backend vulkan:portable --case kda/replay/staggered --case kda/replay/verify-T8)
-  add_test(NAME conform_vk_sg16
-           COMMAND ${CMAKE_COMMAND} -DRSSM=$<TARGET_FILE:rssm_cli> -DLANES=16 "-DARGS=${_args}"
-                   -P ${CMAKE_CURRENT_SOURCE_DIR}/vk_subgroup_conform.cmake)
-  set_tests_properties(conform_vk_sg16 PROPERTIES
-    ENVIRONMENT "${RSSM_TEST_ENV_SG16}"
-    LABELS "conformance"
-    SKIP_REGULAR_EXPRESSION "rssm-skip:"
-    COST 900
-    TIMEOUT 600)
+  rssm_lavapipe_width_test(conform_vk_sg16 512 COST 900 TIMEOUT 600
+    ARGS --quick --backend vulkan:portable --case kda/replay/staggered --case kda/replay/verify-T8)
 endif()
 
 add_executable(test_trace test_trace.c)
