@@ -359,19 +359,6 @@ constexpr Dtype kGateBF16 = {(uint32_t)kBF16};
 
 __device__ __forceinline__ uint32_t bytes_of(Dtype t) { return t.code == (uint32_t)kF32 ? 4u : 2u; }
 
-/* A 16-bit element of dtype t (fp16 or bf16), in the low half of `h`, as
- * fp32. */
-__device__ __forceinline__ float from16(Dtype t, uint32_t h)
-{
-    return t.code == (uint32_t)kBF16 ? bf16_to_f(h) : f16_to_f(h);
-}
-
-__device__ __forceinline__ float load_io(const void *p, size_t i, Dtype t)
-{
-    if (t.code == (uint32_t)kF32)
-        return static_cast<const float *>(p)[i];
-    return from16(t, static_cast<const uint16_t *>(p)[i]);
-}
 
 /* Element i of an array of dtype t, when `in` (else 0), as its bits (a
  * 16-bit element in the low half), by two predicated loads into one
@@ -391,18 +378,31 @@ __device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, Dtype 
     return b;
 }
 
+/* Both conversions are formed and one selected, so that no branch splits
+ * the code around a load or store of these arrays: branches on the dtype
+ * made the bf16-state bulk kernels 4-5% slower at batch 256 than the
+ * predicated bf16/fp32 code they replaced (bench/results/h200_engines/notes.md). */
 __device__ __forceinline__ float io_value(uint32_t bits, Dtype t)
 {
-    return t.code == (uint32_t)kF32 ? __uint_as_float(bits) : from16(t, bits);
+    const float b16 = bf16_to_f(bits), h16 = f16_to_f(bits & 0xffffu);
+    const float n16 = t.code == (uint32_t)kBF16 ? b16 : h16;
+    return t.code == (uint32_t)kF32 ? __uint_as_float(bits) : n16;
+}
+
+__device__ __forceinline__ float load_io(const void *p, size_t i, Dtype t)
+{
+    return io_value(load_io_bits(p, i, t, true), t);
 }
 
 /* x stored as element i of an array of dtype t, rounded to nearest even. */
 __device__ __forceinline__ void store_io(void *p, size_t i, Dtype t, float x)
 {
+    const uint16_t b16 = f_to_bf16(x), h16 = f_to_f16(x);
+    const uint16_t n16 = t.code == (uint32_t)kBF16 ? b16 : h16;
     if (t.code == (uint32_t)kF32)
         static_cast<float *>(p)[i] = x;
-    else
-        static_cast<uint16_t *>(p)[i] = t.code == (uint32_t)kBF16 ? f_to_bf16(x) : f_to_f16(x);
+    if (t.code != (uint32_t)kF32)
+        static_cast<uint16_t *>(p)[i] = n16;
 }
 
 __device__ __forceinline__ float softplus(float x)
