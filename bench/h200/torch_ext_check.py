@@ -12,8 +12,10 @@ torch extension (rssm.torch_ext; RSSM_TORCH_EXT=off for the Python path):
   --time    host time per eager call: each call timed alone with
             time.perf_counter_ns, rounds of --calls calls with a
             synchronisation between rounds (fewer calls than the launch
-            queue holds, so that no call waits for the GPU); prints
-            "path<TAB>median<TAB>p90<TAB>C call median" rows for
+            queue holds, so that no call waits for the GPU): the entry,
+            the decode op called directly, and rssm.advance (its C call
+            is another launch of the same cost); prints
+            "path<TAB>median<TAB>p90<TAB>decode's C call median" rows for
             torch_ext_check.sh's table.
 
     PYTHONPATH=python RSSM_LIBRARY=.devbin/librssm.so.0 python3 bench/h200/torch_ext_check.py --graph --time
@@ -143,9 +145,14 @@ def timing(calls: int, rounds: int) -> None:
     def entry():
         entry_fn(*args, backend="cuda")
 
+    cursor = torch.zeros(t["initial_state"].shape[0], dtype=torch.int32, device=dev)
+
+    def advance():  # after the entry's layer exists; the same cursor each call
+        rssm.advance(cursor, t["ssm_state_indices"], t["write_pos"], ring_len=t["d_cache"].shape[2], backend="cuda")
+
     sync = torch.cuda.synchronize
     base, _ = per_call(c_call(entry), calls, rounds, sync)
-    for name, fn in (("entry", entry), ("torch op", lambda: op(*op_args))):
+    for name, fn in (("entry", entry), ("torch op", lambda: op(*op_args)), ("advance", advance)):
         med, p90 = per_call(fn, calls, rounds, sync)
         print(f"{name}\t{med:.2f}\t{p90:.2f}\t{base:.2f}")
 

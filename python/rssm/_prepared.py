@@ -68,6 +68,27 @@ class Field:
         self.arg, self.offset, self.itemsize, self.label = arg, offset, itemsize, label
 
 
+def direct_fields(args: tuple, took) -> list | None:
+    """The compiled torch extension's plan of a call whose pointers are its
+    tensors' own memory (rssm.torch_ext: materialise and advance): for each
+    (argument index or None, pointer the C call took) of `took`, in the C
+    call's order, (index, 0, itemsize), or (-1, 0, 0) for NULL; None when a
+    pointer is not its argument's address (a converted copy: such a call is
+    made on the Python path each time, as `calls` keeps none of them)."""
+    out = []
+    for i, ptr in took:
+        if i is None or ptr is None:
+            if ptr is not None:
+                return None
+            out += [-1, 0, 0]
+            continue
+        x = args[i]
+        if x is None or ptr != x.data_ptr():
+            return None
+        out += [i, 0, x.element_size()]
+    return out
+
+
 class Plan:
     """A call description resolved once: the layer (rssm.layer.Layer), the
     rows, a Field (or None: NULL) per pointer of rssm_layer_tensors, the

@@ -17,13 +17,13 @@ the first call with a torch tensor); torch >= 2.4 for
 torch.library.register_fake, below which the entry points call rssm
 directly, which works eagerly but not under torch.compile.
 
-With the compiled extension (rssm.torch_ext: C++ kernels of
-replayssm_decode for CPU and CUDA, built against this torch) loaded, the
-schemas and fakes are still these, and Python implements the other two ops
-and rssm::_replayssm_decode_plan, the extension's first call of each
-description. The schemas are written here once: the extension adds boxed
-kernels to ops defined here, and works without them only as the Python
-implementations do.
+With the compiled extension (rssm.torch_ext: C++ kernels of the three ops
+for CPU and CUDA, built against this torch) loaded, the schemas and fakes
+are still these, and Python implements rssm::_replayssm_decode_plan,
+_replayssm_materialise_plan and _replayssm_advance_plan, the extension's
+first call of each description. The schemas are written here once: the
+extension adds boxed kernels to ops defined here, and works without them
+only as the Python implementations do.
 
 Also what rssm._arrays and rssm._prepared ask of torch: whether torch would
 see a call (watching), what can change under one tensor object
@@ -61,10 +61,12 @@ _SCHEMAS = {
         "(Tensor(a!) cursor, Tensor slot_index, Tensor write_pos, Tensor? force, int ring_len, str backend, "
         "str padding) -> ()"),
 }
-# The extension's call of the Python path (rssm.replayssm.planned_decode):
-# the decode's arguments and the stream the extension launches on, and the
-# plan it keeps for that stream.
-_SCHEMAS["_replayssm_decode_plan"] = _SCHEMAS["replayssm_decode"].replace(") -> ()", ", int stream) -> int[]")
+# The extension's calls of the Python path (rssm.replayssm.planned_decode,
+# planned_materialise, rssm.layer.planned_advance): an op's arguments and
+# the stream the extension launches on, and the plan it keeps for that
+# stream.
+for _name in ("replayssm_decode", "replayssm_materialise", "replayssm_advance"):
+    _SCHEMAS[f"_{_name}_plan"] = _SCHEMAS[_name].replace(") -> ()", ", int stream) -> int[]")
 
 
 def _decode_impl(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
@@ -99,6 +101,18 @@ def _decode_plan_impl(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k
         backend, padding, stream)
 
 
+def _materialise_plan_impl(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind,
+                           ring_len, max_rows, backend, padding, stream) -> list:
+    # The fold takes the layer the Python path takes, whatever the stream:
+    # it reads only the pool's description (rssm.layer.pool_layer).
+    return _replayssm.planned_materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos,
+                                          gate_kind, ring_len, max_rows, backend, padding)
+
+
+def _advance_plan_impl(cursor, slot_index, write_pos, force, ring_len, backend, padding, stream) -> list:
+    return _layer.planned_advance(cursor, slot_index, write_pos, force, ring_len, backend, padding)
+
+
 def _fake(*args) -> None:
     return None
 
@@ -110,13 +124,16 @@ if _HAVE_OPS:
     for _name in ("replayssm_decode", "replayssm_materialise", "replayssm_advance"):
         _library.define(_name + _SCHEMAS[_name], tags=(torch.Tag.pt2_compliant_tag,))
         torch.library.register_fake(f"rssm::{_name}", _fake, lib=_library)
-    _library.define("_replayssm_decode_plan" + _SCHEMAS["_replayssm_decode_plan"])
-    _library.impl("_replayssm_decode_plan", _decode_plan_impl, "CompositeExplicitAutograd")
+    for _name, _impl in (("_replayssm_decode_plan", _decode_plan_impl),
+                         ("_replayssm_materialise_plan", _materialise_plan_impl),
+                         ("_replayssm_advance_plan", _advance_plan_impl)):
+        _library.define(_name + _SCHEMAS[_name])
+        _library.impl(_name, _impl, "CompositeExplicitAutograd")
     from . import torch_ext
     compiled = torch_ext.load()
-    for _name, _impl in (("replayssm_decode", _decode_impl), ("replayssm_materialise", _materialise_impl),
-                         ("replayssm_advance", _advance_impl)):
-        if not (compiled and _name == "replayssm_decode"):
+    if not compiled:
+        for _name, _impl in (("replayssm_decode", _decode_impl), ("replayssm_materialise", _materialise_impl),
+                             ("replayssm_advance", _advance_impl)):
             _library.impl(_name, _impl, "CompositeExplicitAutograd")
     _decode_op = torch.ops.rssm.replayssm_decode.default
     _materialise_op = torch.ops.rssm.replayssm_materialise.default

@@ -652,11 +652,13 @@ class Layer:
             raise ValueError(f"{rows} rows, but this layer was created for at most {self.desc.max_rows}")
         return a, rows, converted
 
-    def advance(self, slot_index, write_pos, cursor, force=None, stream=None):
+    def advance(self, slot_index, write_pos, cursor, force=None, stream=None, _took=None):
         """rssm_layer_advance: after a step's last layer, for every row that
         is not padding, cursor[slot_index[r]] = 0 if the row flushed (write_pos
         == ring_len - 1 or force[r] set) else write_pos[r] + 1. cursor is int32
-        per slot ([>= slots]); slot_index, write_pos, force [rows]. Returns cursor."""
+        per slot ([>= slots]); slot_index, write_pos, force [rows]. Returns cursor.
+        (`_took`, a list: gets the rows and the C call's pointers, for
+        rssm.layer.planned_advance.)"""
         c = array_info(cursor, "cursor")
         a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos, force=force),
                                         ("slot_index", "write_pos", "force"), (c,))
@@ -673,15 +675,18 @@ class Layer:
             status = self._c.rssm_layer_advance(self._h, rows, a["slot_index"].ptr, a["write_pos"].ptr, f, c.ptr,
                                                 st, err)
         _lib.check("rssm_layer_advance", status, err)
+        if _took is not None:
+            _took += [rows, (a["slot_index"].ptr, a["write_pos"].ptr, f, c.ptr)]
         return cursor
 
-    def materialise(self, *, state, ring_d, ring_k, ring_g, slot_index, write_pos, stream=None):
+    def materialise(self, *, state, ring_d, ring_k, ring_g, slot_index, write_pos, stream=None, _took=None):
         """rssm_layer_materialise: for every row that is not padding, folds
         the first write_pos[r] ring entries of slot slot_index[r] into its
         checkpoint, so that state[slot] alone is the slot's true state. The
         rings are read, not cleared: set those slots' cursors to 0 after
         (rssm.advance with force set does, or the engine itself). Arrays as
-        in run(); returns state."""
+        in run(); returns state. (`_took`, a list: gets the rows and the C
+        call's rssm_layer_tensors, for rssm.replayssm.planned_materialise.)"""
         pool = {n: array_info(x, n) for n, x in
                 (("state", state), ("ring_d", ring_d), ("ring_k", ring_k), ("ring_g", ring_g))}
         a, rows, converted = self._rows(dict(slot_index=slot_index, write_pos=write_pos),
@@ -695,6 +700,8 @@ class Layer:
         with self._calls:
             status = self._c.rssm_layer_materialise(self._h, rows, ctypes.byref(t), st, err)
         _lib.check("rssm_layer_materialise", status, err)
+        if _took is not None:
+            _took += [rows, tuple(getattr(t, n) for n, _ in t._fields_)]
         return state
 
 
@@ -778,7 +785,7 @@ def cached_layers() -> list[Layer]:
 
 
 def advance(cursor, slot_index, write_pos, force=None, *, ring_len: int, backend_name: str | Backend | None = None,
-            stream=None, padding: str = "out_of_range"):
+            stream=None, padding: str = "out_of_range", _took=None):
     """Advances the per-slot cursors after a step's last layer (Layer.advance)
     with a cached layer of this ring length over len(cursor) slots on this
     backend: the cursor rule reads nothing else of a layer, so any layer
@@ -803,4 +810,23 @@ def advance(cursor, slot_index, write_pos, force=None, *, ring_len: int, backend
                          f"has run on backend {b.name!r}; run the step's layers first, or call Layer.advance "
                          "on a Layer of your own")
     layer = min(fits, key=lambda l: l.desc.max_rows)
-    return layer.advance(slot_index, write_pos, cursor, force=force, stream=stream)
+    layer.advance(slot_index, write_pos, cursor, force=force, stream=stream, _took=_took)
+    if _took is not None:
+        _took.insert(0, layer)
+    return cursor
+
+
+def planned_advance(cursor, slot_index, write_pos, force, ring_len, backend_name, padding) -> list:
+    """The compiled torch extension's first call of an advance's
+    description on a stream (rssm.torch_ext, through the op
+    rssm::_replayssm_advance_plan): advance() on the Python path, and the
+    plan the extension keeps, as ints: the layer's handle, the rows and
+    (argument, offset, itemsize) per pointer of rssm_layer_advance
+    (slot_index, write_pos, force, cursor; argument -1: NULL). Empty where
+    an argument was converted: such calls take this path each time."""
+    took = []
+    advance(cursor, slot_index, write_pos, force, ring_len=ring_len, backend_name=backend_name or None,
+            padding=padding, _took=took)
+    layer, rows, ptrs = took
+    fields = _prepared.direct_fields((cursor, slot_index, write_pos, force), zip((1, 2, 3, 0), ptrs))
+    return [] if fields is None else [layer._h.value, rows, *fields]

@@ -376,7 +376,7 @@ def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, wri
 
 
 def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
-                       ring_len=None, max_rows=None, backend=None, stream=None, padding="out_of_range"):
+                       ring_len=None, max_rows=None, backend=None, stream=None, padding="out_of_range", _took=None):
     """materialise without the torch custom op (its implementation), with a
     cached layer of the pool's description (its step arrays' part left at
     the defaults: the fold supplies its own)."""
@@ -392,6 +392,30 @@ def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indic
     device = device_for(backend_name, (*pool.values(), idx, wpos))
     _check_padding(padding)
     desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)), padding=padding)
-    pool_layer(desc, backend_name, rows, device).materialise(
-        state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos, stream=stream)
+    layer = pool_layer(desc, backend_name, rows, device)
+    layer.materialise(state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos,
+                      stream=stream, _took=_took)
+    if _took is not None:
+        _took.insert(0, layer)
     return initial_state
+
+
+# The argument of planned_materialise (its index) whose memory each pointer
+# of rssm_layer_tensors is, in the struct's order (None: NULL for the fold).
+_MATERIALISE_ARGS = (0, 1, 2, 3, None, None, None, None, None, None, None, None, 4, 5, None, None)
+
+
+def planned_materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind, ring_len,
+                        max_rows, backend, padding) -> list:
+    """The compiled torch extension's first call of a materialise's
+    description on a stream (rssm.torch_ext, through the op
+    rssm::_replayssm_materialise_plan): the call on the Python path, and
+    the plan the extension keeps, as planned_decode's (the pointers of
+    rssm_layer_tensors). Empty where an argument was converted."""
+    args = (initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos)
+    took = []
+    materialise_direct(*args, gate_kind=gate_kind, ring_len=ring_len or None, max_rows=max_rows or None,
+                       backend=backend or None, padding=padding, _took=took)
+    layer, rows, ptrs = took
+    fields = _prepared.direct_fields(args, zip(_MATERIALISE_ARGS, ptrs))
+    return [] if fields is None else [layer._h.value, rows, *fields]

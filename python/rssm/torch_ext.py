@@ -162,16 +162,17 @@ def load() -> bool:
         raise ImportError(f"rssm: {path}: {msg.value.decode(errors='replace')}")
     _prepared.on_clear.append(loaded.rssm_torch_ext_forget)
     kernels = "CPU and CUDA" if _with_cuda() else "CPU"
-    status = f"loaded: {path} ({kernels} kernels of rssm::replayssm_decode)"
+    status = f"loaded: {path} ({kernels} kernels of rssm::replayssm_decode, replayssm_materialise, replayssm_advance)"
     return True
 
 
 def counts() -> dict:
     """The extension's calls that found their plan, those that took the
-    Python path, and the plans it keeps."""
-    c = (ctypes.c_uint64 * 3)()
+    Python path, the plans it keeps, and those of each op (decode,
+    materialise, advance)."""
+    c = (ctypes.c_uint64 * 5)()
     loaded.rssm_torch_ext_counts(c)
-    return dict(hits=c[0], misses=c[1], plans=c[2])
+    return dict(hits=c[0], misses=c[1], plans=c[2] + c[3] + c[4], decode=c[2], materialise=c[3], advance=c[4])
 
 
 def main(argv=None) -> int:

@@ -35,7 +35,7 @@ def kept_calls() -> int:
     from rssm import _prepared, _torch_ops
     if _torch_ops.compiled:
         from rssm import torch_ext
-        return torch_ext.counts()["plans"]
+        return torch_ext.counts()["decode"]
     return len(_prepared.calls)
 
 

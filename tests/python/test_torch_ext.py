@@ -1,5 +1,6 @@
-"""The compiled torch extension (rssm.torch_ext): rssm::replayssm_decode's
-C++ kernels against the Python path (ctypes) bit for bit, the errors they
+"""The compiled torch extension (rssm.torch_ext): the C++ kernels of
+rssm::replayssm_decode, replayssm_materialise and replayssm_advance against
+the Python path (ctypes) bit for bit, the errors they
 raise (the Python path's), the plans they keep per stream and forget with
 rssm.clear_cache(), and the fallback when the extension is absent or off.
 
@@ -18,6 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rssm  # noqa: E402
+from rssm import layer as rssm_layer  # noqa: E402
 from rssm import replayssm  # noqa: E402
 from test_decode import Engine  # noqa: E402
 from test_torch import as_torch, needs_cuda  # noqa: E402
@@ -53,7 +55,8 @@ def step_arrays(e, rng, B, idx, dev, strided):
 def twin_run(gate_kind, dev, backend, steps=14, B=4, strided=False):
     """The same steps on two engines: one through the op (the extension's
     kernel), one through rssm.replayssm.decode (ctypes, no op); returns
-    both engines' tensors and the outputs of every step."""
+    both engines' tensors (the first's with the slots' cursors after the
+    steps, "cursor") and the outputs of every step."""
     ea, eb = Engine(np.random.default_rng(3), gate_kind=gate_kind), Engine(np.random.default_rng(3), gate_kind=gate_kind)
     ta = {n: x.to(dev) for n, x in as_torch(ea).items()}
     tb = {n: x.to(dev) for n, x in as_torch(eb).items()}
@@ -74,6 +77,7 @@ def twin_run(gate_kind, dev, backend, steps=14, B=4, strided=False):
         flush = (write_pos == ea.L - 1) | (force != 0)
         keep = idx >= 0
         ea.cursor[idx[keep]] = np.where(flush[keep], 0, write_pos[keep] + 1)
+    ta["cursor"] = torch.from_numpy(ea.cursor.copy()).to(dev)
     return ta, tb, outs
 
 
@@ -93,10 +97,69 @@ def test_matches_the_python_path_bit_for_bit(gate_kind, strided):
 
 @needs_ext
 def test_kernels_registered():
-    for key in ("CPU", "Autograd") + (("CUDA",) if "CUDA" in STATUS else ()):
-        assert torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_decode", key), key
-    # the other ops keep their Python implementations
-    assert not torch._C._dispatch_has_kernel_for_dispatch_key("rssm::replayssm_advance", "CPU")
+    for op in ("replayssm_decode", "replayssm_materialise", "replayssm_advance"):
+        for key in ("CPU", "Autograd") + (("CUDA",) if "CUDA" in STATUS else ()):
+            assert torch._C._dispatch_has_kernel_for_dispatch_key(f"rssm::{op}", key), (op, key)
+        # no Python implementation under the kernels
+        assert not torch._C._dispatch_has_kernel_for_dispatch_key(f"rssm::{op}", "CompositeExplicitAutograd"), op
+
+
+def fold_and_advance(gate_kind, dev, backend):
+    """After decode steps on twin engines (twin_run), two rounds of a
+    materialise and a cursor advance on each: through the ops (the
+    extension's kernels; the second round from their plans) and on the
+    Python path (rssm.replayssm.materialise_direct, rssm.layer.advance).
+    Returns both engines' tensors and cursors, and the extension's hits."""
+    ta, tb, _ = twin_run(gate_kind, dev, backend, steps=6)
+    cursor = ta.pop("cursor")
+    L = ta["d_cache"].shape[2]
+    idx = torch.tensor([2, -1, 0, 5], dtype=torch.int32, device=dev)  # a padding row among them
+    write_pos = torch.where(idx >= 0, cursor[idx.clamp(min=0).long()], 0).to(torch.int32)
+    force = torch.tensor([1, 0, 0, 0], dtype=torch.int32, device=dev)
+    ca, cb = cursor.clone(), cursor.clone()
+    hits = counts()["hits"]
+    for _ in range(2):
+        for t, c, direct in ((ta, ca, False), (tb, cb, True)):
+            pool = (t["initial_state"], t["d_cache"], t["k_cache"], t["g_cache"], idx, write_pos)
+            if direct:
+                replayssm.materialise_direct(*pool, gate_kind=gate_kind, backend=backend)
+                rssm_layer.advance(c, idx, write_pos, force, ring_len=L, backend_name=backend)
+            else:
+                rssm.materialise(*pool, gate_kind=gate_kind, backend=backend)
+                rssm.advance(c, idx, write_pos, force, ring_len=L, backend=backend)
+    return ta, tb, ca, cb, counts()["hits"] - hits
+
+
+@needs_ext
+@pytest.mark.parametrize("gate_kind", ["gdn", "kda"])
+def test_materialise_and_advance_match_the_python_path(gate_kind):
+    ta, tb, ca, cb, hits = fold_and_advance(gate_kind, "cpu", "cpu")
+    assert torch.equal(ta["initial_state"], tb["initial_state"])
+    assert torch.equal(ca, cb)
+    assert hits == 2, "the second round's fold and advance took their cached plans"
+
+
+@needs_ext
+def test_advance_errors_are_the_python_paths():
+    """An advance rssm refuses (two rows naming one slot) after its layout
+    has a plan: the C++ call fails, the Python path raises rssm.Error with
+    rssm's message; a converted argument (bool force) keeps no plan."""
+    twin_run("gdn", "cpu", "cpu", steps=1)  # a layer object that advance can take
+    cursor = torch.zeros(6, dtype=torch.int32)
+    wpos = torch.zeros(2, dtype=torch.int32)
+    rssm.advance(cursor, torch.tensor([1, 3], dtype=torch.int32), wpos, ring_len=4)
+    plans = counts()["plans"]
+    twice = torch.tensor([3, 3], dtype=torch.int32)
+    with pytest.raises(rssm.Error) as got:
+        rssm.advance(cursor, twice, wpos, ring_len=4)
+    with pytest.raises(rssm.Error) as want:
+        rssm_layer.advance(cursor, twice, wpos, ring_len=4)
+    assert (got.value.function, got.value.status_name, got.value.message) == \
+        (want.value.function, want.value.status_name, want.value.message)
+    for _ in range(2):
+        rssm.advance(cursor, torch.tensor([1, 3], dtype=torch.int32), wpos, torch.tensor([True, False]), ring_len=4)
+    assert counts()["plans"] == plans
+    assert cursor[1] == 0 and cursor[3] == 1
 
 
 def one_call_args(e, B=2, **over):
@@ -228,6 +291,16 @@ def test_cuda_matches_the_python_path_bit_for_bit(gate_kind):
         assert torch.equal(oa, ob)
     for n in ("initial_state", "d_cache", "k_cache", "g_cache"):
         np.testing.assert_array_equal(ta[n].cpu().numpy(), tb[n].cpu().numpy(), err_msg=n)
+
+
+@needs_ext
+@needs_cuda
+def test_cuda_materialise_and_advance_match_the_python_path():
+    ta, tb, ca, cb, hits = fold_and_advance("kda", "cuda", "cuda")
+    torch.cuda.synchronize()
+    assert torch.equal(ta["initial_state"], tb["initial_state"])
+    assert torch.equal(ca, cb)
+    assert hits == 2
 
 
 @needs_ext
