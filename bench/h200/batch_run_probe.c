@@ -1,0 +1,197 @@
+/* The device time of rssm_batch_run steps (one submission per step, every
+ * layer in one dispatch) against rssm_batch_time_steps's program of the
+ * same steps (one command buffer, layer by layer), on one backend: where a
+ * speculative-decode window runs one step per token (a GPU's Vulkan
+ * windows, docs/design.md §9), its tokens cost what rssm_batch_run costs.
+ *
+ *   batch_run_probe BACKEND ROWS [LAYERS [bench|raw|bf16]]
+ *
+ * qwen3.5-gdn, fp32 state, L = 16: the preset's precomputed gates and fp32
+ * activations, or with `bench` rssm bench's defaults, raw gates (A_log and
+ * dt_bias set) and bf16 activations; `raw` and `bf16` one of the two.
+ *
+ * Prints, per step of a ring cycle (all rows at one position, the last step
+ * a flush), the median device µs of rssm_batch_run over 8 cycles and the
+ * program's µs per step (its median run over the steps), then the ratio;
+ * then the device µs of rssm_batch_verify windows of 4 tokens from ring
+ * position 0 (median of 8), none accepted.
+ * Built by bench/results/h200_vulkan/run25/run.sh against librssm. */
+#include <rssm.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define CYCLES 8
+
+static float rnd(void) { return (float)rand() / (float)RAND_MAX - 0.5f; }
+static void fill(float *x, size_t n, float lo, float scale)
+{
+    for (size_t i = 0; i < n; i++)
+        x[i] = lo + scale * (rnd() + 0.5f);
+}
+
+/* x's n floats as n bf16 words (truncated) over the first half of x. */
+static void to_bf16(float *x, size_t n)
+{
+    uint16_t *h = (uint16_t *)(void *)x;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], 4);
+        h[i] = (uint16_t)(u >> 16);
+    }
+}
+
+static int cmp(const void *a, const void *b)
+{
+    const double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+static int fail(const char *what, const rssm_error *err)
+{
+    fprintf(stderr, "%s: %s\n", what, err->message);
+    return 1;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: batch_run_probe BACKEND ROWS [LAYERS [bench|raw|bf16]]\n");
+        return 2;
+    }
+    const uint32_t rows = (uint32_t)strtoul(argv[2], NULL, 10);
+    rssm_error err;
+    rssm_model m;
+    if (rssm_model_preset(&m, "qwen3.5-gdn", &err) != RSSM_OK)
+        return fail("preset", &err);
+    m.layers = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 8;
+    m.ring_len = 16;
+    const char *mode = argc > 4 ? argv[4] : "";
+    const int raw = !strcmp(mode, "bench") || !strcmp(mode, "raw"), bench = !strcmp(mode, "bench") || !strcmp(mode, "bf16");
+    if (raw)
+        m.gate_mode = RSSM_GATE_RAW;
+    if (bench)
+        m.io_dtype = RSSM_DTYPE_BF16;
+    const uint32_t L = m.ring_len;
+    rssm_backend *be;
+    rssm_pool *pool;
+    rssm_batch *batch;
+    if (rssm_backend_create(argv[1], &be, &err) != RSSM_OK)
+        return fail("backend", &err);
+    if (rssm_pool_create(be, &m, rows, RSSM_FLUSH_ALIGNED, &pool, &err) != RSSM_OK ||
+        rssm_batch_create(pool, rows, &batch, &err) != RSSM_OK)
+        return fail("pool/batch", &err);
+    const size_t state_n = (size_t)m.layers * m.num_v_heads * m.head_v * m.head_k;
+    float *state = malloc(state_n * sizeof *state);
+    uint32_t *slots = malloc(rows * sizeof *slots);
+    uint64_t *len = malloc(rows * sizeof *len);
+    for (uint32_t r = 0; r < rows; r++) {
+        fill(state, state_n, -0.05f, 0.1f);
+        if (rssm_pool_alloc(pool, &slots[r], &err) != RSSM_OK ||
+            rssm_pool_write_state(pool, slots[r], state, &err) != RSSM_OK)
+            return fail("slot", &err);
+        len[r] = 1000 * L; /* every row at ring position 0 */
+    }
+    const size_t qk_n = (size_t)m.layers * rows * m.num_qk_heads * m.head_k;
+    const size_t v_n = (size_t)m.layers * rows * m.num_v_heads * m.head_v;
+    const size_t g_n = (size_t)m.layers * rows * m.num_v_heads;
+    float *q = malloc(qk_n * 4), *k = malloc(qk_n * 4), *v = malloc(v_n * 4);
+    float *g = malloc(g_n * 4), *beta = malloc(g_n * 4);
+    fill(q, qk_n, -1.0f, 2.0f);
+    fill(k, qk_n, -1.0f, 2.0f);
+    fill(v, v_n, -1.0f, 2.0f);
+    fill(g, g_n, -0.5f, 0.5f);
+    fill(beta, g_n, 0.1f, 0.8f);
+    if (bench) { /* q, k, v as bf16 in place (the first half of each array) */
+        to_bf16(q, qk_n);
+        to_bf16(k, qk_n);
+        to_bf16(v, v_n);
+    }
+    if (raw) {
+        float *a_log = malloc(m.num_v_heads * 4), *dt_bias = malloc(m.num_v_heads * 4);
+        fill(a_log, m.num_v_heads, -1.0f, 1.5f);
+        fill(dt_bias, m.num_v_heads, -0.5f, 1.0f);
+        for (uint32_t l = 0; l < m.layers; l++)
+            if (rssm_batch_set_gate_params(batch, l, a_log, dt_bias, &err) != RSSM_OK)
+                return fail("gate params", &err);
+    }
+    const rssm_step_inputs in = {.q = q, .k = k, .v = v, .gate = g, .beta = beta};
+    if (rssm_batch_upload(batch, rows, &in, &err) != RSSM_OK)
+        return fail("upload", &err);
+
+    /* rssm_batch_run, cycle after cycle (a warm-up cycle first). */
+    double per[CYCLES][16], sum = 0.0;
+    for (uint32_t c = 0; c <= CYCLES; c++)
+        for (uint32_t s = 0; s < L; s++) {
+            for (uint32_t r = 0; r < rows; r++)
+                len[r]++;
+            double sec;
+            if (rssm_batch_run(batch, rows, slots, len, 0, &err) != RSSM_OK ||
+                rssm_batch_last_run_seconds(batch, &sec, &err) != RSSM_OK)
+                return fail("run", &err);
+            if (c > 0)
+                per[c - 1][s] = sec;
+        }
+    printf("%s, %u rows, %u layers, L %u: rssm_batch_run us per step (median of %d cycles), by ring position\n",
+           rssm_backend_name(be), rows, m.layers, L, CYCLES);
+    for (uint32_t s = 0; s < L; s++) {
+        double col[CYCLES];
+        for (int c = 0; c < CYCLES; c++)
+            col[c] = per[c][s];
+        qsort(col, CYCLES, sizeof col[0], cmp);
+        const double med = 0.5 * (col[CYCLES / 2 - 1] + col[CYCLES / 2]);
+        sum += med;
+        printf("  %2u %9.1f\n", s, med * 1e6);
+    }
+
+    /* The same cycle as one program. */
+    rssm_row_plan *plans = malloc((size_t)L * rows * sizeof *plans);
+    for (uint32_t s = 0; s < L; s++)
+        for (uint32_t r = 0; r < rows; r++)
+            plans[s * rows + r] = (rssm_row_plan){.slot = slots[r], .write_pos = s, .force = 0, .is_flush = s == L - 1};
+    rssm_timing t;
+    if (rssm_batch_time_steps(batch, rows, L, plans, 5, &t, &err) != RSSM_OK)
+        return fail("time_steps", &err);
+    const double run_us = sum / L * 1e6, prog_us = t.median_seconds / L * 1e6;
+    printf("per step over the cycle: rssm_batch_run %.1f us, program %.1f us, ratio %.2f\n", run_us, prog_us,
+           run_us / prog_us);
+
+    /* Windows of 4 tokens from ring position 0, none accepted (the slots
+     * stay at 0), as rssm bench --verify times them. */
+    enum { T = 4, WINDOWS = 8 };
+    float *tq = malloc(T * qk_n * 4), *tk = malloc(T * qk_n * 4), *tv = malloc(T * v_n * 4);
+    float *tg = malloc(T * g_n * 4), *tb = malloc(T * g_n * 4), *tout = malloc(T * v_n * 4);
+    uint32_t *drafts = malloc(rows * sizeof *drafts), *none = calloc(rows, sizeof *none);
+    for (uint32_t r = 0; r < rows; r++)
+        drafts[r] = T;
+    fill(tq, T * qk_n, -1.0f, 2.0f);
+    fill(tk, T * qk_n, -1.0f, 2.0f);
+    fill(tv, T * v_n, -1.0f, 2.0f);
+    fill(tg, T * g_n, -0.5f, 0.5f);
+    fill(tb, T * g_n, 0.1f, 0.8f);
+    if (bench) {
+        to_bf16(tq, T * qk_n);
+        to_bf16(tk, T * qk_n);
+        to_bf16(tv, T * v_n);
+    }
+    const rssm_step_inputs win = {.q = tq, .k = tk, .v = tv, .gate = tg, .beta = tb};
+    double w[WINDOWS];
+    for (int i = 0; i < WINDOWS + 1; i++) {
+        double sec;
+        if (rssm_batch_verify(batch, rows, slots, drafts, &win, tout, &err) != RSSM_OK ||
+            rssm_batch_last_run_seconds(batch, &sec, &err) != RSSM_OK ||
+            rssm_pool_accept(pool, rows, slots, none, len, 0, &err) != RSSM_OK)
+            return fail("verify", &err);
+        if (i > 0)
+            w[i - 1] = sec;
+    }
+    qsort(w, WINDOWS, sizeof w[0], cmp);
+    const double win_us = 0.5 * (w[WINDOWS / 2 - 1] + w[WINDOWS / 2]) * 1e6;
+    printf("a window of %d tokens at position 0: %.1f us, %.2f x the cycle's rssm_batch_run step\n", T, win_us,
+           win_us / run_us);
+    rssm_batch_destroy(&batch);
+    rssm_pool_destroy(&pool);
+    rssm_backend_destroy(&be);
+    return 0;
+}
