@@ -113,15 +113,14 @@ template <class T> void put(std::string &key, T v)
     key.append(reinterpret_cast<const char *>(&v), sizeof v);
 }
 
-/* One argument as the key holds it: a tag, then what the Python path's
- * checks read of it. */
+/* One argument as the key holds it: what the Python path's checks read of
+ * it. The schema fixes each argument's kind, so only a missing optional
+ * tensor needs a mark of its own (-1, where a tensor starts with its
+ * dtype code, >= 0). */
 void put_value(std::string &key, const c10::IValue &v)
 {
-    if (v.isNone()) {
-        put(key, 'n');
-    } else if (v.isTensor()) {
+    if (v.isTensor()) {
         const at::Tensor &t = v.toTensor();
-        put(key, 't');
         put(key, static_cast<int8_t>(t.scalar_type()));
         put(key, static_cast<int8_t>(t.layout()));
         put(key, static_cast<int8_t>(t.device().type()));
@@ -131,31 +130,30 @@ void put_value(std::string &key, const c10::IValue &v)
             put(key, n);
         for (int64_t n : t.strides())
             put(key, n);
+    } else if (v.isNone()) {
+        put(key, int8_t{-1});
     } else if (v.isDouble()) {
-        put(key, 'd');
         put(key, v.toDouble());
     } else if (v.isBool()) {
-        put(key, 'b');
         put(key, v.toBool());
     } else if (v.isInt()) {
-        put(key, 'i');
         put(key, v.toInt());
     } else {
         const std::string &str = v.toStringRef(); /* the schemas' other arguments are str */
-        put(key, 's');
         put(key, static_cast<uint32_t>(str.size()));
         key.append(str);
     }
 }
 
-/* What the Python path's plan depends on, and the stream, in `key` (a
- * buffer of the calling thread's, so a call allocates nothing here). */
-void key_of(std::string &key, Op op, const c10::IValue *a, int64_t stream)
+/* What the Python path's plan depends on, and the stream. */
+std::string key_of(Op op, const c10::IValue *a, int64_t stream)
 {
-    key.clear();
+    std::string key;
+    key.reserve(1024);
     for (size_t i = 0; i < kSpecs[op].args; ++i)
         put_value(key, a[i]);
     put(key, stream);
+    return key;
 }
 
 /* The call on a cached plan: true when rssm took it, false (nothing
@@ -206,8 +204,7 @@ void call(Op op, torch::jit::Stack *stack, void *stream)
     const size_t args = kSpecs[op].args, fields = kSpecs[op].fields;
     const c10::IValue *a = &*(stack->end() - args);
     const int64_t stream_value = static_cast<int64_t>(reinterpret_cast<intptr_t>(stream));
-    thread_local std::string key;
-    key_of(key, op, a, stream_value);
+    std::string key = key_of(op, a, stream_value);
     Plan plan;
     Lib lib;
     bool found;
