@@ -359,7 +359,6 @@ constexpr Dtype kGateBF16 = {(uint32_t)kBF16};
 
 __device__ __forceinline__ uint32_t bytes_of(Dtype t) { return t.code == (uint32_t)kF32 ? 4u : 2u; }
 
-
 /* Element i of an array of dtype t, when `in` (else 0), as its bits (a
  * 16-bit element in the low half), by two predicated loads into one
  * register; io_value converts it only after every load of a group is

@@ -15,7 +15,7 @@
  * program's µs per step (its median run over the steps), then the ratio;
  * then the device µs of rssm_batch_verify windows of 4 tokens from ring
  * position 0 (median of 8), none accepted.
- * Built by bench/results/h200_vulkan/run25/run.sh against librssm. */
+ * Built on Debian against a librssm and carried (bench/results/h200_vulkan/run25/run.sh). */
 #include <rssm.h>
 
 #include <stdio.h>
@@ -68,10 +68,11 @@ int main(int argc, char **argv)
     m.layers = argc > 3 ? (uint32_t)strtoul(argv[3], NULL, 10) : 8;
     m.ring_len = 16;
     const char *mode = argc > 4 ? argv[4] : "";
-    const int raw = !strcmp(mode, "bench") || !strcmp(mode, "raw"), bench = !strcmp(mode, "bench") || !strcmp(mode, "bf16");
+    const int raw = !strcmp(mode, "bench") || !strcmp(mode, "raw");
+    const int bf16_io = !strcmp(mode, "bench") || !strcmp(mode, "bf16");
     if (raw)
         m.gate_mode = RSSM_GATE_RAW;
-    if (bench)
+    if (bf16_io)
         m.io_dtype = RSSM_DTYPE_BF16;
     const uint32_t L = m.ring_len;
     rssm_backend *be;
@@ -103,7 +104,7 @@ int main(int argc, char **argv)
     fill(v, v_n, -1.0f, 2.0f);
     fill(g, g_n, -0.5f, 0.5f);
     fill(beta, g_n, 0.1f, 0.8f);
-    if (bench) { /* q, k, v as bf16 in place (the first half of each array) */
+    if (bf16_io) { /* q, k, v as bf16 in place (the first half of each array) */
         to_bf16(q, qk_n);
         to_bf16(k, qk_n);
         to_bf16(v, v_n);
@@ -170,7 +171,7 @@ int main(int argc, char **argv)
     fill(tv, T * v_n, -1.0f, 2.0f);
     fill(tg, T * g_n, -0.5f, 0.5f);
     fill(tb, T * g_n, 0.1f, 0.8f);
-    if (bench) {
+    if (bf16_io) {
         to_bf16(tq, T * qk_n);
         to_bf16(tk, T * qk_n);
         to_bf16(tv, T * v_n);

@@ -53,21 +53,21 @@ namespace {
 /* The ops this file runs, in the order of kSpecs. */
 enum Op { kDecode, kMaterialise, kAdvance, kOps };
 
-/* An op's schema (rssm/_torch_ops.py): how many arguments it takes (the
- * first is a tensor on the device it runs on), the op that plans it, the
- * pointers its plan gives (those of rssm_layer_tensors, or of
+/* An op's plan: the op that makes it (rssm/_torch_ops.py, which also
+ * holds the schemas: a kernel reads its argument count from the schema it
+ * is called with, whose first argument is a tensor on the device it runs
+ * on), and the pointers it gives (those of rssm_layer_tensors, or of
  * rssm_layer_advance: slot_index, write_pos, force, cursor). */
 struct Spec {
-    size_t args;
     const char *plan_op;
     size_t fields;
 };
 
 constexpr size_t kFields = 16; /* rssm_layer_tensors' pointers, the most a plan gives */
 constexpr Spec kSpecs[kOps] = {
-    {23, "rssm::_replayssm_decode_plan", kFields},
-    {11, "rssm::_replayssm_materialise_plan", kFields},
-    {7, "rssm::_replayssm_advance_plan", 4},
+    {"rssm::_replayssm_decode_plan", kFields},
+    {"rssm::_replayssm_materialise_plan", kFields},
+    {"rssm::_replayssm_advance_plan", 4},
 };
 constexpr size_t kMaxPlans = 1024; /* as rssm._prepared.MAX_CALLS: past it the cache empties and refills */
 
@@ -145,12 +145,13 @@ void put_value(std::string &key, const c10::IValue &v)
     }
 }
 
-/* What the Python path's plan depends on, and the stream. */
-std::string key_of(Op op, const c10::IValue *a, int64_t stream)
+/* What the Python path's plan depends on (the `args` arguments at `a`),
+ * and the stream. */
+std::string key_of(const c10::IValue *a, size_t args, int64_t stream)
 {
     std::string key;
     key.reserve(1024);
-    for (size_t i = 0; i < kSpecs[op].args; ++i)
+    for (size_t i = 0; i < args; ++i)
         put_value(key, a[i]);
     put(key, stream);
     return key;
@@ -185,26 +186,27 @@ bool run_plan(const Lib &lib, Op op, const Plan &p, const c10::IValue *a, void *
 /* The Python path for this call: checks it, runs it (or raises what the
  * Python path raises) and returns the plan to keep, empty when there is
  * none (a call whose arguments are converted, as rssm._prepared keeps none). */
-std::vector<int64_t> python_path(Op op, const c10::IValue *a, int64_t stream)
+std::vector<int64_t> python_path(Op op, const c10::IValue *a, size_t args, int64_t stream)
 {
     static const c10::OperatorHandle ops[kOps] = {
         c10::Dispatcher::singleton().findSchemaOrThrow(kSpecs[kDecode].plan_op, ""),
         c10::Dispatcher::singleton().findSchemaOrThrow(kSpecs[kMaterialise].plan_op, ""),
         c10::Dispatcher::singleton().findSchemaOrThrow(kSpecs[kAdvance].plan_op, ""),
     };
-    torch::jit::Stack s(a, a + kSpecs[op].args);
+    torch::jit::Stack s(a, a + args);
     s.emplace_back(stream);
     ops[op].callBoxed(&s);
     return s.back().toIntVector();
 }
 
-void call(Op op, torch::jit::Stack *stack, void *stream)
+/* The op's call: its `args` arguments on top of `stack`. */
+void call(Op op, size_t args, torch::jit::Stack *stack, void *stream)
 {
     State &st = state();
-    const size_t args = kSpecs[op].args, fields = kSpecs[op].fields;
+    const size_t fields = kSpecs[op].fields;
     const c10::IValue *a = &*(stack->end() - args);
     const int64_t stream_value = static_cast<int64_t>(reinterpret_cast<intptr_t>(stream));
-    std::string key = key_of(op, a, stream_value);
+    std::string key = key_of(a, args, stream_value);
     Plan plan;
     Lib lib;
     bool found;
@@ -220,7 +222,7 @@ void call(Op op, torch::jit::Stack *stack, void *stream)
     }
     TORCH_CHECK(lib.run, "rssm: the torch extension is not bound to librssm (rssm.torch_ext.load binds it)");
     if (!found || !run_plan(lib, op, plan, a, stream)) {
-        const std::vector<int64_t> r = python_path(op, a, stream_value);
+        const std::vector<int64_t> r = python_path(op, a, args, stream_value);
         if (!found && r.size() == 2 + 3 * fields) {
             Plan p{};
             p.layer = reinterpret_cast<rssm_layer *>(static_cast<intptr_t>(r[0]));
@@ -234,25 +236,26 @@ void call(Op op, torch::jit::Stack *stack, void *stream)
             p.calls = lock.get();
             if (st.plans[op].size() >= kMaxPlans)
                 st.plans[op].clear();
-            st.plans[op].emplace(key, p);
+            st.plans[op].emplace(std::move(key), p);
         }
     }
     torch::jit::drop(*stack, args);
 }
 
 /* The cpu backend takes no stream. */
-template <Op op> void on_cpu(const c10::OperatorHandle &, torch::jit::Stack *stack)
+template <Op op> void on_cpu(const c10::OperatorHandle &h, torch::jit::Stack *stack)
 {
-    call(op, stack, nullptr);
+    call(op, h.schema().arguments().size(), stack, nullptr);
 }
 
 #ifdef RSSM_TORCH_CUDA
 /* torch's current stream on the device of the op's first tensor: inside
  * torch.cuda.graph the capture stream, so a captured graph holds the launch. */
-template <Op op> void on_cuda(const c10::OperatorHandle &, torch::jit::Stack *stack)
+template <Op op> void on_cuda(const c10::OperatorHandle &h, torch::jit::Stack *stack)
 {
-    const at::Tensor &x = (stack->end() - kSpecs[op].args)->toTensor();
-    call(op, stack, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
+    const size_t args = h.schema().arguments().size();
+    const at::Tensor &x = (stack->end() - args)->toTensor();
+    call(op, args, stack, c10::cuda::getCurrentCUDAStream(x.device().index()).stream());
 }
 #endif
 
