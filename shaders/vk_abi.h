@@ -59,7 +59,11 @@
 #define RSSM_VK_SPEC_RK_HEAD 25
 #define RSSM_VK_SPEC_RG_SLOT 26
 #define RSSM_VK_SPEC_RG_HEAD 27
-#define RSSM_VK_SPEC_COUNT 28
+// A window pipeline's token capacity (shaders/window.glsl's WINDOW_T): its
+// shared arrays hold that many tokens, so that a window of a few tokens does
+// not pay a GPU's residency for the ring's worth (vk/vk_pipeline.c).
+#define RSSM_VK_SPEC_WINDOW_T 28
+#define RSSM_VK_SPEC_COUNT 29
 
 /* The decode shaders' push constants: what one dispatch of one layer (or
  * of every layer of a batch) reads where, and the model's run-time

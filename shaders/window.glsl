@@ -33,21 +33,31 @@
 // Per row (the dispatch's rows: pc.rows; the step arrays' token t of row r
 // at row t * rows + r of the layer's block of layer_rows rows):
 // T = min(drafts[r], t_max, RING_CAP - n). Binding 3 (a step's force: a
-// window has none) holds drafts; pc.rows_word carries t_max. A padding row
-// zeroes the outputs of all t_max tokens; tokens past T are left alone.
+// window has none) holds drafts; pc.rows_word carries t_max (low 16 bits)
+// and the first token of this dispatch (high 16 bits): a window longer than
+// the pipeline's token capacity T_CAP is dispatched in parts of T_CAP tokens
+// (vk/vk_pipeline.c), each after the one before, and a part's tokens see
+// the earlier parts' entries in the ring as committed ones (they are there,
+// as the steps would have put them), with n moved past them. A padding row
+// zeroes the outputs of the part's tokens; tokens past T are left alone.
 // Overflow: per row the first token whose 16-bit ring entry (k or d) its
 // dtype cannot hold, by atomicMin over words the host filled with
 // UINT32_MAX; the entries are written regardless.
 
-// Window tokens per workgroup, at most: RSSM_MAX_DRAFT, and a window fits
-// the ring (T_CAP; T_ROOM for the arrays: the same but in an `_rt` module,
-// the `window_rt` of a CPU device, where the ring length is a push
-// constant and RING_ROOM sizes them, as KQ_ROOM does the channels).
+// Window tokens per workgroup, at most: RSSM_MAX_DRAFT, the pipeline's
+// token capacity WINDOW_T (the host picks the smallest that holds the
+// window's t_max: on a GPU the shared arrays below set how many workgroups
+// stay resident, docs/design.md §9), and a window fits the ring (T_CAP;
+// T_ROOM for the arrays: the same but in an `_rt` module, the `window_rt`
+// of a CPU device, where the ring length is a push constant and RING_ROOM
+// sizes them, as KQ_ROOM does the channels).
+layout(constant_id = RSSM_VK_SPEC_WINDOW_T) const uint WINDOW_T = 16u;
+const uint T_LIMIT = WINDOW_T < 16u ? WINDOW_T : 16u;
 #if RSSM_RUNTIME_SHAPE
-const uint T_ROOM = RING_ROOM - 1u < 16u ? RING_ROOM - 1u : 16u;
-#define T_CAP min(RING_CAP, 16u)
+const uint T_ROOM = RING_ROOM - 1u < T_LIMIT ? RING_ROOM - 1u : T_LIMIT;
+#define T_CAP min(RING_CAP, T_LIMIT)
 #else
-const uint T_CAP = RING_CAP < 16u ? RING_CAP : 16u;
+const uint T_CAP = RING_CAP < T_LIMIT ? RING_CAP : T_LIMIT;
 const uint T_ROOM = T_CAP;
 #endif
 const uint KDA_ONLY = GATE_KIND == RSSM_CODE_GATE_KDA ? 1u : 0u;
@@ -75,7 +85,7 @@ void main()
     const uint hv = gl_WorkGroupID.x / ROW_SPLIT, part = gl_WorkGroupID.x % ROW_SPLIT;
     const uint row = gl_WorkGroupID.y, layer = gl_WorkGroupID.z;
     const uint tid = gl_LocalInvocationIndex, lane = gl_SubgroupInvocationID, sg = gl_SubgroupID;
-    const uint rows = pc.rows, t_max = min(pc.rows_word, T_CAP);
+    const uint rows = pc.rows, t_max = pc.rows_word & 0xffffu, t_first = pc.rows_word >> 16;
     if (row >= rows)
         return;
     const uint rw = row * pc.row_stride;
@@ -87,15 +97,19 @@ void main()
     const uint ltok = pc.layer_rows != 0u ? pc.layer_rows : rows * t_max; // step-array rows per layer
     // The step-array row of token t; min(): a corrupt row must not index
     // past the arrays.
-#define TOKEN_ROW(t) (layer * pc.layer_rows + min((t) * rows + io_row, ltok - 1u))
+    // (t: this part's token, t_first + t the window's)
+#define TOKEN_ROW(t) (layer * pc.layer_rows + min((t_first + (t)) * rows + io_row, ltok - 1u))
     if (RSSM_ROW_PADS(slot, pc.slots, pc.mode_flags >> 8u)) { // padding: every token's outputs zero, no slot touched
-        for (uint t = 0u; t < t_max; t++)
+        for (uint t = 0u; t_first + t < t_max && t < T_CAP; t++)
             for (uint p = v_begin + tid * 2u; p < v_end; p += WG_SIZE * 2u)
                 out_store2(pc.base_out, TOKEN_ROW(t) * pc.out_row + hv * V + p, vec2(0.0));
         return;
     }
-    const uint n = min(write_pos, RING_CAP);
-    const uint T = min(min(drafts, t_max), RING_CAP - n);
+    const uint n0 = min(write_pos, RING_CAP);
+    const uint T_all = min(min(drafts, t_max), RING_CAP - n0);
+    if (t_first >= T_all)
+        return;
+    const uint n = n0 + t_first, T = min(T_all - t_first, T_CAP);
     const uint h = hv / (HV / H);
     const bool kda = GATE_KIND == RSSM_CODE_GATE_KDA;
     const uint mode = pc.mode_flags & 0xffu, flags = pc.mode_flags >> 8u;
@@ -174,7 +188,7 @@ void main()
                 rk_store4(RING_DT, rk_base, rk_elem + (n + t) * K + 4u * cq, kn);
         }
         if (over && over_on)
-            atomicMin(overflow.w[pc.base_over + row], t);
+            atomicMin(overflow.w[pc.base_over + row], t_first + t);
     }
     barrier();
 
@@ -314,7 +328,7 @@ void main()
                     }
                 }
                 if (over && over_on)
-                    atomicMin(overflow.w[pc.base_over + row], t);
+                    atomicMin(overflow.w[pc.base_over + row], t_first + t);
             }
         }
     }

@@ -81,12 +81,14 @@ typedef struct vk_ctx {
     /* The decode pipelines take vk_shape as push constants (the `_rt`
      * modules; vk_device.c says when). */
     bool runtime_shape;
-    /* Measurement overrides of three kernel choices (docs/bench.md):
+    /* Measurement overrides of five kernel choices (docs/bench.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
-     * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1 and
-     * RSSM_VK_ONE_DISPATCH=0|1 (-1: the rule). */
-    uint32_t tune_row_split;
-    int tune_prefetch, tune_one_dispatch;
+     * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1,
+     * RSSM_VK_ONE_DISPATCH=0|1 and RSSM_VK_WINDOW=0|1 (-1: the rule), and
+     * RSSM_VK_WINDOW_TOKENS=N (a window's tokens per dispatch; 0: the
+     * rule in vk_pipeline.c). */
+    uint32_t tune_row_split, tune_window_tokens;
+    int tune_prefetch, tune_one_dispatch, tune_window;
     char validation_message[200];
 
     VkPhysicalDevice phys;
@@ -297,13 +299,24 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
 void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
                         uint32_t count, bool flush_only);
 /* The speculative-decode window (shaders/window.glsl, docs/design.md §9):
- * its shared memory; why it cannot run `p` on this device, or NULL; its
- * pipeline on a decode pipeline layout, with its workgroups per value head
- * in *split (RSSM_ERR_UNSUPPORTED with the refusal). */
+ * its shared memory for the most tokens a window of `p` may have; why it
+ * cannot run `p` on this device, or NULL; its pipeline on a decode
+ * pipeline layout (RSSM_ERR_UNSUPPORTED with the refusal), which takes up
+ * to `tokens` tokens per dispatch (its WINDOW_T); vk_window_dispatch
+ * records a window of t_max tokens, descriptors bound and `pc` the step's
+ * push constants, as dispatches of that many tokens each, one after the
+ * other, over `layers` layers from the first. */
+typedef struct vk_window_pipe {
+    VkPipeline pipeline;
+    uint32_t tokens;
+    uint32_t split; /* workgroups per value head */
+} vk_window_pipe;
 size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p);
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p);
 rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
-                             VkPipeline *out, uint32_t *split, rssm_error *err);
+                             vk_window_pipe *out, rssm_error *err);
+void vk_window_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_window_pipe *w, const vk_decode *d, vk_push pc,
+                        uint32_t rows, uint32_t t_max, uint32_t layers);
 /* How many workgroups share a value head in a pipeline of `rows`
  * (RSSM_VK_ROWS_*) whose subgroups take `row_block` rows at a time, for a
  * batch of max_rows rows: its ROW_SPLIT (shaders/decode.comp). */

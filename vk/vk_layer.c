@@ -30,8 +30,7 @@ typedef struct vk_layer {
     /* The speculative-decode window (rssm_layer_record_verify), on the
      * decode pipeline layout; VK_NULL_HANDLE where the model has no ring or
      * the device too little shared memory for it (`window_why`). */
-    VkPipeline window;
-    uint32_t window_split;
+    vk_window_pipe window;
     const char *window_why;
 } vk_layer;
 
@@ -214,7 +213,7 @@ rssm_status vk_layer_create(void *vctx, const rssm_kernel_params *p, const rssm_
     if (st == RSSM_OK)
         st = advance_create(ctx, l, err);
     if (st == RSSM_OK && !(l->window_why = vk_window_refusal(ctx, p)))
-        st = vk_window_create(ctx, &vs, p, l->decode.layout, &l->window, &l->window_split, err);
+        st = vk_window_create(ctx, &vs, p, l->decode.layout, &l->window, err);
     if (st == RSSM_OK)
         st = vk_check_validation(ctx, err);
     if (st != RSSM_OK) {
@@ -316,7 +315,7 @@ static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32
     if (st != RSSM_OK)
         return st;
     static const char who[] = "vulkan: layer record verify";
-    if (!l->window)
+    if (!l->window.pipeline)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "%s: no window kernel for this layer: %s", who,
                               l->window_why ? l->window_why : "its pipeline was not made");
     const rssm_buffer none = {0, 0};
@@ -332,8 +331,7 @@ static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32
     /* UINT32_MAX: no overflowing token yet (the kernel takes the minimum) */
     if ((st = record_bind(ctx, l, cb, rows, t_max, given, false, true, 0xffffffffu, &pc, who, err)) != RSSM_OK)
         return st;
-    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, l->window);
-    ctx->vk.vkCmdDispatch(cb, l->decode.heads * l->window_split, rows, 1);
+    vk_window_dispatch(ctx, cb, &l->window, &l->decode, pc, rows, t_max, 1);
     barrier(ctx, cb);
     return vk_check_validation(ctx, err);
 }

@@ -51,11 +51,18 @@ static size_t decode_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool 
     return bytes + pv * pj * 4 + pj * pk * 4 + S * (tm * tk + tk * tn) * 4;
 }
 
-/* shaders/window.glsl's shared memory, as it declares it for extents `e`
- * (its arrays are sized by K and the ring alone). */
-static size_t window_bytes(const rssm_kernel_params *p, vk_extents e)
+/* The most tokens a window of a model whose ring has extent `ring` holds. */
+static uint32_t window_tokens(size_t ring)
 {
-    const size_t cap = e.ring - 1, T = cap < RSSM_MAX_DRAFT ? cap : RSSM_MAX_DRAFT, KQ = e.k / 4;
+    return ring - 1 < RSSM_MAX_DRAFT ? (uint32_t)(ring - 1) : RSSM_MAX_DRAFT;
+}
+
+/* shaders/window.glsl's shared memory, as it declares it for extents `e`
+ * and a token capacity of `tcap` (0: the most; its arrays are sized by K,
+ * the ring and the tokens alone). */
+static size_t window_bytes(const rssm_kernel_params *p, vk_extents e, uint32_t tcap)
+{
+    const size_t most = window_tokens(e.ring), T = tcap && tcap < most ? tcap : most, KQ = e.k / 4;
     const bool kda = p->gate_kind == RSSM_CODE_GATE_KDA;
     return 16 * T * KQ * 3 + 16 * (kda ? T * KQ : 1) + 8 * T * e.ring + 16 * T + 8 * T + 16 * T * RSSM_VK_SUBGROUPS;
 }
@@ -65,7 +72,7 @@ static size_t window_bytes(const rssm_kernel_params *p, vk_extents e)
 static size_t shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p, bool window, vk_extents e)
 {
     if (window)
-        return window_bytes(p, e);
+        return window_bytes(p, e, 0);
     const size_t flush = decode_bytes(ctx, p, true, e), readout = decode_bytes(ctx, p, false, e);
     return flush > readout ? flush : readout;
 }
@@ -359,7 +366,7 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
  * `rows`, or the window's. */
 static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p,
                                    VkPipelineLayout layout, uint32_t rows, uint32_t row_split, const vk_spirv *spv,
-                                   VkPipeline *out, rssm_error *err)
+                                   uint32_t window_t, VkPipeline *out, rssm_error *err)
 {
     const bool flush_rows = rows != RSSM_VK_ROWS_READ_ONLY;
     const bool packed = vk_runs_packed(p), cpu = vk_cpu_device(ctx);
@@ -406,6 +413,7 @@ static rssm_status pipeline_create(vk_ctx *ctx, const vk_shape *shape, const rss
         [RSSM_VK_SPEC_RK_HEAD] = packed ? 0 : sp->rk_head,
         [RSSM_VK_SPEC_RG_SLOT] = packed ? 0 : sp->rg_slot,
         [RSSM_VK_SPEC_RG_HEAD] = packed ? 0 : sp->rg_head,
+        [RSSM_VK_SPEC_WINDOW_T] = window_t,
     };
     VkPipelineShaderStageRequiredSubgroupSizeCreateInfo req = {
         .sType = VK_STRUCTURE_TYPE_PIPELINE_SHADER_STAGE_REQUIRED_SUBGROUP_SIZE_CREATE_INFO,
@@ -437,12 +445,12 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
     const uint32_t rows = one ? RSSM_VK_ROWS_ALL : RSSM_VK_ROWS_FLUSH;
     const vk_spirv *module = module_for(ctx, p, rows);
     d->split = vk_row_split(ctx, p, p->max_rows, rows, module_row_block(module));
-    rssm_status st = pipeline_create(ctx, shape, p, layout, rows, d->split, module, &d->flush, err);
+    rssm_status st = pipeline_create(ctx, shape, p, layout, rows, d->split, module, 0, &d->flush, err);
     if (st == RSSM_OK && !packed && !one) {
         module = module_for(ctx, p, RSSM_VK_ROWS_READ_ONLY);
         d->split_readout = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, module_row_block(module));
-        st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, module, &d->readout,
-                             err);
+        st = pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, d->split_readout, module, 0,
+                             &d->readout, err);
     }
     return st;
 }
@@ -475,7 +483,7 @@ static const vk_spirv *window_module(const vk_ctx *ctx)
 
 size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    return window_bytes(p, extents(ctx, p, true));
+    return window_bytes(p, extents(ctx, p, true), 0);
 }
 
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
@@ -488,14 +496,49 @@ const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
 }
 
 rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
-                             VkPipeline *out, uint32_t *split, rssm_error *err)
+                             vk_window_pipe *out, rssm_error *err)
 {
-    *out = VK_NULL_HANDLE;
+    *out = (vk_window_pipe){.pipeline = VK_NULL_HANDLE};
     const char *why = vk_window_refusal(ctx, p);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
-    *split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
-    return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, *split,
-                           window_module(ctx), out, err);
+    out->split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
+    /* A GPU keeps fewer workgroups resident the more shared memory each
+     * declares (docs/design.md §8), and the window's arrays grow with its
+     * tokens: on an H200 a window of 4 tokens took 4.4x less time in arrays
+     * for 4 (7 KiB) than for 15 (26 KiB), and one of 8 in arrays for 8
+     * (14 KiB) 2-3x a window of 4 (bench/results/h200_vulkan/notes.md,
+     * run 28). So a GPU runs 4 tokens per dispatch. A device that runs the
+     * `_rt` modules (a CPU device) has no residency to lose: the whole
+     * window in one (RSSM_VK_RUNTIME_SHAPE=0 gives it the GPU's parts, as
+     * the tests do). */
+    const uint32_t most = window_tokens(extents(ctx, p, true).ring);
+    uint32_t tokens = ctx->runtime_shape ? most : 4;
+    if (ctx->tune_window_tokens)
+        tokens = ctx->tune_window_tokens;
+    out->tokens = tokens < most ? tokens : most;
+    return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, out->split, window_module(ctx),
+                           out->tokens, &out->pipeline, err);
+}
+
+void vk_window_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_window_pipe *w, const vk_decode *d, vk_push pc,
+                        uint32_t rows, uint32_t t_max, uint32_t layers)
+{
+    /* A part's walk reads the earlier parts' ring entries: their writes
+     * made visible first. */
+    const VkMemoryBarrier after = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+    };
+    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, w->pipeline);
+    for (uint32_t first = 0; first < t_max; first += w->tokens) {
+        if (first > 0)
+            ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
+                                         0, 1, &after, 0, NULL, 0, NULL);
+        pc.rows_word = t_max | first << 16; /* shaders/window.glsl */
+        vk_decode_push(ctx, cb, d, &pc);
+        ctx->vk.vkCmdDispatch(cb, d->heads * w->split, rows, layers);
+    }
 }

@@ -15,8 +15,7 @@
 #include <time.h>
 
 struct vk_window {
-    VkPipeline pipeline;
-    uint32_t split;
+    vk_window_pipe pipe;
     uint32_t cap_rows;          /* step-array rows per layer the buffers hold */
     rssm_kernel_params sized;   /* the batch's parameters with max_rows = cap_rows */
     vk_io_layout io;            /* of io_dev and io_host */
@@ -31,7 +30,7 @@ void vk_window_destroy(vk_ctx *ctx, vk_window *w)
 {
     if (!w)
         return;
-    /* w->pipeline is the device's (vk_shared.c) */
+    /* w->pipe's pipeline is the device's (vk_shared.c) */
     if (w->descriptor_pool)
         ctx->vk.vkDestroyDescriptorPool(ctx->device, w->descriptor_pool, NULL);
     vk_buffer_destroy(ctx, &w->io_dev);
@@ -92,8 +91,7 @@ static rssm_status reserve(vk_ctx *ctx, vk_batch *b, uint32_t need, rssm_error *
         rssm_layer_io_pool_strides(&io, &b->params);
         vk_shape shape;
         vk_shape_init(&shape, &b->params, &io, b->pool->slots_per_buffer, b->params.layer_bytes / 4);
-        if ((st = vk_window_create(ctx, &shape, &b->params, b->decode.layout, &w->pipeline, &w->split, err)) ==
-                RSSM_OK &&
+        if ((st = vk_window_create(ctx, &shape, &b->params, b->decode.layout, &w->pipe, err)) == RSSM_OK &&
             (st = vk_batch_sets_create(ctx, b, 1, &w->descriptor_pool, &w->set, err)) == RSSM_OK)
         {
             const VkDeviceSize a = ctx->props.limits.minStorageBufferOffsetAlignment, bytes = b->params.max_rows * 4ull;
@@ -131,14 +129,16 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
     if (st != RSSM_OK)
         return st;
     /* Handed back before anything changed: common code runs it one step
-     * per token. On a GPU too, as measured: the one-dispatch window costs
-     * 0.51x its T steps on lavapipe but 21x on an H200 (its per-token
-     * chains of subgroup reductions, bench/results/h200_verify/notes.md),
-     * so rssm's own pool takes it on CPU devices only until it is
-     * rewritten for GPUs. */
-    const char *why = !vk_cpu_device(ctx)
-                          ? "on a GPU the window kernel measured slower than its steps"
-                          : vk_window_refusal(ctx, &b->params);
+     * per token. On a GPU too, as measured (bench/results/h200_vulkan/
+     * notes.md, runs 26-29): in parts of 4 tokens the kernel's window took
+     * 0.74-0.75x its steps' program on an H200 at 16 rows, against
+     * 0.80-0.81x for one step per token, but 1.37-1.97x at 256 rows,
+     * against 1.15-1.34x: no better overall, so rssm's own pool takes it on
+     * CPU devices only (RSSM_VK_WINDOW=1 takes it anywhere). */
+    const bool kernel = ctx->tune_window >= 0 ? ctx->tune_window != 0 : vk_cpu_device(ctx);
+    const char *why = !kernel ? (ctx->tune_window == 0 ? "RSSM_VK_WINDOW=0"
+                                                       : "on a GPU the window kernel measured slower than its steps")
+                              : vk_window_refusal(ctx, &b->params);
     if (why)
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: this window runs one step per token: %s", why);
     if ((st = reserve(ctx, b, rows * t_max, err)) != RSSM_OK)
@@ -180,7 +180,6 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
 
     vk_push pc = b->push;
     pc.rows = rows;
-    pc.rows_word = t_max;          /* a window's t_max (shaders/window.glsl) */
     pc.layer_rows = R;
     pc.base_force = 0;             /* drafts */
     if ((st = vk_transfer_begin(ctx, err)) != RSSM_OK)
@@ -188,14 +187,16 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
     VkCommandBuffer cb = ctx->transfer_cmd;
     ctx->vk.vkCmdCopyBuffer(cb, w->io_host.buffer, w->io_dev.buffer, 5, regions);
     vk_cmd_barrier_before_compute(ctx, cb);
+    /* The window's device time starts when the inputs' copy has ended
+     * (TOP_OF_PIPE would count most of it, as the steps' timings, whose
+     * inputs go up in a submission of their own, do not). */
     if (b->queries) {
         ctx->vk.vkCmdResetQueryPool(cb, b->queries, 0, 2);
-        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
+        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TRANSFER_BIT, b->queries, 0);
     }
-    ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, w->pipeline);
     ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->decode.layout, 0, 1, &w->set, 0, NULL);
-    vk_decode_push(ctx, cb, &b->decode, &pc); /* the shape too, for `window_rt` */
-    ctx->vk.vkCmdDispatch(cb, b->params.num_v_heads * w->split, rows, layers);
+    /* the push constants carry the shape too, for `window_rt` */
+    vk_window_dispatch(ctx, cb, &w->pipe, &b->decode, pc, rows, t_max, layers);
     vk_cmd_barrier_after_compute(ctx, cb);
     if (b->queries)
         ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);

@@ -13,8 +13,9 @@
  * Prints, per step of a ring cycle (all rows at one position, the last step
  * a flush), the median device µs of rssm_batch_run over 8 cycles and the
  * program's µs per step (its median run over the steps), then the ratio;
- * then the device µs of rssm_batch_verify windows of 4 tokens from ring
- * position 0 (median of 8), none accepted.
+ * then the device µs of rssm_batch_verify windows of 4 and 8 tokens from
+ * ring position 0 (median of 16 after half a second of them), none
+ * accepted, against a program of the steps they stand for.
  * Built on Debian against a librssm and carried (bench/results/h200_vulkan/run25/run.sh). */
 #include <rssm.h>
 
@@ -158,39 +159,53 @@ int main(int argc, char **argv)
     printf("per step over the cycle: rssm_batch_run %.1f us, program %.1f us, ratio %.2f\n", run_us, prog_us,
            run_us / prog_us);
 
-    /* Windows of 4 tokens from ring position 0, none accepted (the slots
-     * stay at 0), as rssm bench --verify times them. */
-    enum { T = 4, WINDOWS = 8 };
-    float *tq = malloc(T * qk_n * 4), *tk = malloc(T * qk_n * 4), *tv = malloc(T * v_n * 4);
-    float *tg = malloc(T * g_n * 4), *tb = malloc(T * g_n * 4), *tout = malloc(T * v_n * 4);
+    /* Windows of T tokens from ring position 0, none accepted (the slots
+     * stay at 0), as rssm bench --verify times them, after half a second
+     * of windows (a GPU idle between the host's submissions lowers its
+     * clocks: bench/results/h200_vulkan/notes.md, run 25); beside them the
+     * program of the T steps they stand for (positions 0..T-1). */
+    enum { T_MAX = 8, WINDOWS = 16 };
+    float *tq = malloc(T_MAX * qk_n * 4), *tk = malloc(T_MAX * qk_n * 4), *tv = malloc(T_MAX * v_n * 4);
+    float *tg = malloc(T_MAX * g_n * 4), *tb = malloc(T_MAX * g_n * 4), *tout = malloc(T_MAX * v_n * 4);
     uint32_t *drafts = malloc(rows * sizeof *drafts), *none = calloc(rows, sizeof *none);
-    for (uint32_t r = 0; r < rows; r++)
-        drafts[r] = T;
-    fill(tq, T * qk_n, -1.0f, 2.0f);
-    fill(tk, T * qk_n, -1.0f, 2.0f);
-    fill(tv, T * v_n, -1.0f, 2.0f);
-    fill(tg, T * g_n, -0.5f, 0.5f);
-    fill(tb, T * g_n, 0.1f, 0.8f);
+    fill(tq, T_MAX * qk_n, -1.0f, 2.0f);
+    fill(tk, T_MAX * qk_n, -1.0f, 2.0f);
+    fill(tv, T_MAX * v_n, -1.0f, 2.0f);
+    fill(tg, T_MAX * g_n, -0.5f, 0.5f);
+    fill(tb, T_MAX * g_n, 0.1f, 0.8f);
     if (bf16_io) {
-        to_bf16(tq, T * qk_n);
-        to_bf16(tk, T * qk_n);
-        to_bf16(tv, T * v_n);
+        to_bf16(tq, T_MAX * qk_n);
+        to_bf16(tk, T_MAX * qk_n);
+        to_bf16(tv, T_MAX * v_n);
     }
     const rssm_step_inputs win = {.q = tq, .k = tk, .v = tv, .gate = tg, .beta = tb};
-    double w[WINDOWS];
-    for (int i = 0; i < WINDOWS + 1; i++) {
-        double sec;
-        if (rssm_batch_verify(batch, rows, slots, drafts, &win, tout, &err) != RSSM_OK ||
-            rssm_batch_last_run_seconds(batch, &sec, &err) != RSSM_OK ||
-            rssm_pool_accept(pool, rows, slots, none, len, 0, &err) != RSSM_OK)
-            return fail("verify", &err);
-        if (i > 0)
-            w[i - 1] = sec;
+    for (uint32_t T = 4; T <= T_MAX; T *= 2) {
+        for (uint32_t s = 0; s < T; s++)
+            for (uint32_t r = 0; r < rows; r++)
+                plans[s * rows + r] = (rssm_row_plan){.slot = slots[r], .write_pos = s};
+        if (rssm_batch_upload(batch, rows, &in, &err) != RSSM_OK ||
+            rssm_batch_time_steps(batch, rows, T, plans, 20, &t, &err) != RSSM_OK)
+            return fail("time_steps", &err);
+        const double steps_us = t.median_seconds * 1e6;
+        for (uint32_t r = 0; r < rows; r++)
+            drafts[r] = T;
+        double w[WINDOWS], busy = 0.0;
+        for (int i = 0; i < WINDOWS; i++) {
+            double sec;
+            if (rssm_batch_verify(batch, rows, slots, drafts, &win, tout, &err) != RSSM_OK ||
+                rssm_batch_last_run_seconds(batch, &sec, &err) != RSSM_OK ||
+                rssm_pool_accept(pool, rows, slots, none, len, 0, &err) != RSSM_OK)
+                return fail("verify", &err);
+            busy += sec;
+            w[i] = sec;
+            if (busy < 0.5) /* warming up: again from the first */
+                i = -1;
+        }
+        qsort(w, WINDOWS, sizeof w[0], cmp);
+        const double win_us = 0.5 * (w[WINDOWS / 2 - 1] + w[WINDOWS / 2]) * 1e6;
+        printf("window of %u tokens at position 0: %.1f us (min %.1f), its %u steps as a program %.1f us: %.2f x\n",
+               T, win_us, w[0] * 1e6, T, steps_us, win_us / steps_us);
     }
-    qsort(w, WINDOWS, sizeof w[0], cmp);
-    const double win_us = 0.5 * (w[WINDOWS / 2 - 1] + w[WINDOWS / 2]) * 1e6;
-    printf("a window of %d tokens at position 0: %.1f us, %.2f x the cycle's rssm_batch_run step\n", T, win_us,
-           win_us / run_us);
     rssm_batch_destroy(&batch);
     rssm_pool_destroy(&pool);
     rssm_backend_destroy(&be);
