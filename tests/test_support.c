@@ -219,6 +219,13 @@ void ts_random_gate_params(const rssm_model *m, rh_rng *r, float **A_log, float 
 
 /* ------------------------------------------------------------ fixture */
 
+void ts_filter_tests(void)
+{
+    const char *pattern = getenv("RSSM_TEST_FILTER");
+    if (pattern && *pattern)
+        cmocka_set_test_filter(pattern);
+}
+
 const char *ts_backend(void)
 {
     const char *name = getenv("RSSM_TEST_BACKEND");

@@ -138,7 +138,12 @@ const char *ts_backend(void);
  * does not start fails the test. */
 int ts_backend_usable(void);
 #define TS_RUN_ON_BACKEND(tests)                                                   \
-    (ts_backend_usable() ? cmocka_run_group_tests(tests, NULL, NULL) : 77)
+    (ts_backend_usable() ? (ts_filter_tests(), cmocka_run_group_tests(tests, NULL, NULL)) : 77)
+
+/* Runs only the tests whose names match RSSM_TEST_FILTER (cmocka's
+ * wildcards), where it is set: a second ctest entry of a file under other
+ * settings that only some of its tests exercise. */
+void ts_filter_tests(void);
 
 /* Opens `backend` (ts_backend()), a pool of `slots` slots and a batch of
  * `max_rows` rows (0: no batch). */
