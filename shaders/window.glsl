@@ -45,9 +45,9 @@
 // UINT32_MAX; the entries are written regardless.
 
 // Window tokens per workgroup, at most: RSSM_MAX_DRAFT, the pipeline's
-// token capacity WINDOW_T (the host picks the smallest that holds the
-// window's t_max: on a GPU the shared arrays below set how many workgroups
-// stay resident, docs/design.md §9), and a window fits the ring (T_CAP;
+// token capacity WINDOW_T (the host dispatches a longer window in parts of
+// that many: on a GPU the shared arrays below set how many workgroups stay
+// resident, docs/design.md §9), and a window fits the ring (T_CAP;
 // T_ROOM for the arrays: the same but in an `_rt` module, the `window_rt`
 // of a CPU device, where the ring length is a push constant and RING_ROOM
 // sizes them, as KQ_ROOM does the channels).

@@ -299,7 +299,7 @@ void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const v
 void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
                         uint32_t count, bool flush_only);
 /* The speculative-decode window (shaders/window.glsl, docs/design.md §9):
- * its shared memory for the most tokens a window of `p` may have; why it
+ * its shared memory for the tokens a dispatch of `p` takes; why it
  * cannot run `p` on this device, or NULL; its pipeline on a decode
  * pipeline layout (RSSM_ERR_UNSUPPORTED with the refusal), which takes up
  * to `tokens` tokens per dispatch (its WINDOW_T); vk_window_dispatch

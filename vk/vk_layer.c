@@ -28,8 +28,9 @@ typedef struct vk_layer {
     VkPipelineLayout advance_layout;
     VkPipeline advance;
     /* The speculative-decode window (rssm_layer_record_verify), on the
-     * decode pipeline layout; VK_NULL_HANDLE where the model has no ring or
-     * the device too little shared memory for it (`window_why`). */
+     * decode pipeline layout; its pipeline VK_NULL_HANDLE where the model
+     * has no ring or the device too little shared memory for it
+     * (`window_why`). */
     vk_window_pipe window;
     const char *window_why;
 } vk_layer;

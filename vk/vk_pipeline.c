@@ -481,9 +481,28 @@ static const vk_spirv *window_module(const vk_ctx *ctx)
     return ctx->runtime_shape ? &vk_spirv_window_rt : &vk_spirv_window;
 }
 
+/* A window's tokens per dispatch on this device (the pipeline's WINDOW_T).
+ * A GPU keeps fewer workgroups resident the more shared memory each
+ * declares (docs/design.md §8), and the window's arrays grow with its
+ * tokens: on an H200 a window of 4 tokens took 4.4x less time in arrays for
+ * 4 (7 KiB) than for 15 (26 KiB), and one of 8 in arrays for 8 (14 KiB)
+ * 2-3x a window of 4; parts of 2 or 8 were slower than parts of 4
+ * (bench/results/h200_vulkan/notes.md, runs 28-29). So a GPU runs 4 tokens
+ * per dispatch. A device that runs the `_rt` modules (a CPU device) has no
+ * residency to lose: the whole window in one (RSSM_VK_RUNTIME_SHAPE=0 gives
+ * it the GPU's parts, as the tests do). */
+static uint32_t window_part(const vk_ctx *ctx, const rssm_kernel_params *p)
+{
+    const uint32_t most = window_tokens(extents(ctx, p, true).ring);
+    uint32_t tokens = ctx->runtime_shape ? most : 4;
+    if (ctx->tune_window_tokens)
+        tokens = ctx->tune_window_tokens;
+    return tokens < most ? tokens : most;
+}
+
 size_t vk_window_shared_bytes(const vk_ctx *ctx, const rssm_kernel_params *p)
 {
-    return window_bytes(p, extents(ctx, p, true), 0);
+    return window_bytes(p, extents(ctx, p, true), window_part(ctx, p));
 }
 
 const char *vk_window_refusal(const vk_ctx *ctx, const rssm_kernel_params *p)
@@ -504,20 +523,7 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "vulkan: no window kernel: %s", why);
     /* split as the read-only rows' pipeline: a window flushes nothing */
     out->split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_READ_ONLY, RSSM_VK_ROW_BLOCK);
-    /* A GPU keeps fewer workgroups resident the more shared memory each
-     * declares (docs/design.md §8), and the window's arrays grow with its
-     * tokens: on an H200 a window of 4 tokens took 4.4x less time in arrays
-     * for 4 (7 KiB) than for 15 (26 KiB), and one of 8 in arrays for 8
-     * (14 KiB) 2-3x a window of 4 (bench/results/h200_vulkan/notes.md,
-     * run 28). So a GPU runs 4 tokens per dispatch. A device that runs the
-     * `_rt` modules (a CPU device) has no residency to lose: the whole
-     * window in one (RSSM_VK_RUNTIME_SHAPE=0 gives it the GPU's parts, as
-     * the tests do). */
-    const uint32_t most = window_tokens(extents(ctx, p, true).ring);
-    uint32_t tokens = ctx->runtime_shape ? most : 4;
-    if (ctx->tune_window_tokens)
-        tokens = ctx->tune_window_tokens;
-    out->tokens = tokens < most ? tokens : most;
+    out->tokens = window_part(ctx, p);
     return pipeline_create(ctx, shape, p, layout, RSSM_VK_ROWS_READ_ONLY, out->split, window_module(ctx),
                            out->tokens, &out->pipeline, err);
 }
