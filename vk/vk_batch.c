@@ -102,6 +102,17 @@ void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb)
                                  NULL, 0, NULL);
 }
 
+void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb)
+{
+    const VkMemoryBarrier between = {
+        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
+        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
+        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
+    };
+    ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, 0, 1,
+                                 &between, 0, NULL, 0, NULL);
+}
+
 void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer)
 {
     /* Descriptor sets and push constants stay bound across pipelines of one layout. */
@@ -115,15 +126,9 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
     }
     /* As in a model, where layer l + 1's inputs are layer l's outputs: each
      * layer waits for the one before it (docs/bench.md). */
-    const VkMemoryBarrier between = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-    };
     for (uint32_t l = 0; l < b->params.layers; l++) {
         if (l > 0)
-            ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                         0, 1, &between, 0, NULL, 0, NULL);
+            vk_cmd_barrier_compute(ctx, cb);
         vk_decode_dispatch(ctx, cb, &b->decode, rows, l, 1, false);
     }
 }

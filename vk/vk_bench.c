@@ -216,15 +216,9 @@ static rssm_status time_steps(vk_ctx *ctx, vk_batch *b, bench *o, uint32_t rows,
     bench_timestamp(ctx, o, 0);
     /* Each step reads the state (and overwrites the outputs) of the one
      * before it. */
-    VkMemoryBarrier between = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-    };
     for (uint32_t s = 0; s < steps; s++) {
         if (s > 0)
-            ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                         0, 1, &between, 0, NULL, 0, NULL);
+            vk_cmd_barrier_compute(ctx, cb);
         vk_batch_cmd_step(ctx, b, cb, o->sets[s], true);
     }
     vk_cmd_barrier_after_compute(ctx, cb);

@@ -379,6 +379,9 @@ rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, 
 void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* The shaders' writes to later transfers and the host. */
 void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* One dispatch's shader writes before the next dispatch's reads and writes
+ * (layer after layer, step after step, a window's part after part). */
+void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* Binds the batch's `set`, pushes its constants, dispatches one step: every
  * layer in one dispatch, or (layer_by_layer) one dispatch per layer, each
  * after the one before it, as a model runs them. */

@@ -531,18 +531,10 @@ rssm_status vk_window_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
 void vk_window_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_window_pipe *w, const vk_decode *d, vk_push pc,
                         uint32_t rows, uint32_t t_max, uint32_t layers)
 {
-    /* A part's walk reads the earlier parts' ring entries: their writes
-     * made visible first. */
-    const VkMemoryBarrier after = {
-        .sType = VK_STRUCTURE_TYPE_MEMORY_BARRIER,
-        .srcAccessMask = VK_ACCESS_SHADER_WRITE_BIT,
-        .dstAccessMask = VK_ACCESS_SHADER_READ_BIT | VK_ACCESS_SHADER_WRITE_BIT,
-    };
     ctx->vk.vkCmdBindPipeline(cb, VK_PIPELINE_BIND_POINT_COMPUTE, w->pipeline);
     for (uint32_t first = 0; first < t_max; first += w->tokens) {
-        if (first > 0)
-            ctx->vk.vkCmdPipelineBarrier(cb, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT, VK_PIPELINE_STAGE_COMPUTE_SHADER_BIT,
-                                         0, 1, &after, 0, NULL, 0, NULL);
+        if (first > 0) /* a part's walk reads the earlier parts' ring entries */
+            vk_cmd_barrier_compute(ctx, cb);
         pc.rows_word = t_max | first << 16; /* shaders/window.glsl */
         vk_decode_push(ctx, cb, d, &pc);
         ctx->vk.vkCmdDispatch(cb, d->heads * w->split, rows, layers);
