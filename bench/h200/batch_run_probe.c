@@ -43,10 +43,36 @@ static void to_bf16(float *x, size_t n)
     }
 }
 
+/* Random step inputs of `rows` rows (q, k, v as bf16 words in place with
+ * bf16_io), each array n_* floats per row. */
+static rssm_step_inputs random_inputs(size_t rows, size_t n_qk, size_t n_v, size_t n_g, int bf16_io)
+{
+    float *q = malloc(rows * n_qk * 4), *k = malloc(rows * n_qk * 4), *v = malloc(rows * n_v * 4);
+    float *g = malloc(rows * n_g * 4), *beta = malloc(rows * n_g * 4);
+    fill(q, rows * n_qk, -1.0f, 2.0f);
+    fill(k, rows * n_qk, -1.0f, 2.0f);
+    fill(v, rows * n_v, -1.0f, 2.0f);
+    fill(g, rows * n_g, -0.5f, 0.5f);
+    fill(beta, rows * n_g, 0.1f, 0.8f);
+    if (bf16_io) { /* the first half of each array */
+        to_bf16(q, rows * n_qk);
+        to_bf16(k, rows * n_qk);
+        to_bf16(v, rows * n_v);
+    }
+    return (rssm_step_inputs){.q = q, .k = k, .v = v, .gate = g, .beta = beta};
+}
+
 static int cmp(const void *a, const void *b)
 {
     const double x = *(const double *)a, y = *(const double *)b;
     return (x > y) - (x < y);
+}
+
+/* The median of x[0..n), n even (x is sorted). */
+static double median(double *x, size_t n)
+{
+    qsort(x, n, sizeof x[0], cmp);
+    return 0.5 * (x[n / 2 - 1] + x[n / 2]);
 }
 
 static int fail(const char *what, const rssm_error *err)
@@ -95,21 +121,10 @@ int main(int argc, char **argv)
             return fail("slot", &err);
         len[r] = 1000 * L; /* every row at ring position 0 */
     }
-    const size_t qk_n = (size_t)m.layers * rows * m.num_qk_heads * m.head_k;
-    const size_t v_n = (size_t)m.layers * rows * m.num_v_heads * m.head_v;
-    const size_t g_n = (size_t)m.layers * rows * m.num_v_heads;
-    float *q = malloc(qk_n * 4), *k = malloc(qk_n * 4), *v = malloc(v_n * 4);
-    float *g = malloc(g_n * 4), *beta = malloc(g_n * 4);
-    fill(q, qk_n, -1.0f, 2.0f);
-    fill(k, qk_n, -1.0f, 2.0f);
-    fill(v, v_n, -1.0f, 2.0f);
-    fill(g, g_n, -0.5f, 0.5f);
-    fill(beta, g_n, 0.1f, 0.8f);
-    if (bf16_io) { /* q, k, v as bf16 in place (the first half of each array) */
-        to_bf16(q, qk_n);
-        to_bf16(k, qk_n);
-        to_bf16(v, v_n);
-    }
+    /* per row of every layer */
+    const size_t qk_n = (size_t)m.num_qk_heads * m.head_k, v_n = (size_t)m.num_v_heads * m.head_v;
+    const size_t g_n = m.num_v_heads, layer_rows = (size_t)m.layers * rows;
+    const rssm_step_inputs in = random_inputs(layer_rows, qk_n, v_n, g_n, bf16_io);
     if (raw) {
         float *a_log = malloc(m.num_v_heads * 4), *dt_bias = malloc(m.num_v_heads * 4);
         fill(a_log, m.num_v_heads, -1.0f, 1.5f);
@@ -118,7 +133,6 @@ int main(int argc, char **argv)
             if (rssm_batch_set_gate_params(batch, l, a_log, dt_bias, &err) != RSSM_OK)
                 return fail("gate params", &err);
     }
-    const rssm_step_inputs in = {.q = q, .k = k, .v = v, .gate = g, .beta = beta};
     if (rssm_batch_upload(batch, rows, &in, &err) != RSSM_OK)
         return fail("upload", &err);
 
@@ -141,8 +155,7 @@ int main(int argc, char **argv)
         double col[CYCLES];
         for (int c = 0; c < CYCLES; c++)
             col[c] = per[c][s];
-        qsort(col, CYCLES, sizeof col[0], cmp);
-        const double med = 0.5 * (col[CYCLES / 2 - 1] + col[CYCLES / 2]);
+        const double med = median(col, CYCLES);
         sum += med;
         printf("  %2u %9.1f\n", s, med * 1e6);
     }
@@ -165,20 +178,9 @@ int main(int argc, char **argv)
      * clocks: bench/results/h200_vulkan/notes.md, run 25); beside them the
      * program of the T steps they stand for (positions 0..T-1). */
     enum { T_MAX = 8, WINDOWS = 16 };
-    float *tq = malloc(T_MAX * qk_n * 4), *tk = malloc(T_MAX * qk_n * 4), *tv = malloc(T_MAX * v_n * 4);
-    float *tg = malloc(T_MAX * g_n * 4), *tb = malloc(T_MAX * g_n * 4), *tout = malloc(T_MAX * v_n * 4);
+    const rssm_step_inputs win = random_inputs(T_MAX * layer_rows, qk_n, v_n, g_n, bf16_io);
+    float *tout = malloc(T_MAX * layer_rows * v_n * 4);
     uint32_t *drafts = malloc(rows * sizeof *drafts), *none = calloc(rows, sizeof *none);
-    fill(tq, T_MAX * qk_n, -1.0f, 2.0f);
-    fill(tk, T_MAX * qk_n, -1.0f, 2.0f);
-    fill(tv, T_MAX * v_n, -1.0f, 2.0f);
-    fill(tg, T_MAX * g_n, -0.5f, 0.5f);
-    fill(tb, T_MAX * g_n, 0.1f, 0.8f);
-    if (bf16_io) {
-        to_bf16(tq, T_MAX * qk_n);
-        to_bf16(tk, T_MAX * qk_n);
-        to_bf16(tv, T_MAX * v_n);
-    }
-    const rssm_step_inputs win = {.q = tq, .k = tk, .v = tv, .gate = tg, .beta = tb};
     for (uint32_t T = 4; T <= T_MAX; T *= 2) {
         for (uint32_t s = 0; s < T; s++)
             for (uint32_t r = 0; r < rows; r++)
@@ -201,8 +203,7 @@ int main(int argc, char **argv)
             if (busy < 0.5) /* warming up: again from the first */
                 i = -1;
         }
-        qsort(w, WINDOWS, sizeof w[0], cmp);
-        const double win_us = 0.5 * (w[WINDOWS / 2 - 1] + w[WINDOWS / 2]) * 1e6;
+        const double win_us = median(w, WINDOWS) * 1e6;
         printf("window of %u tokens at position 0: %.1f us (min %.1f), its %u steps as a program %.1f us: %.2f x\n",
                T, win_us, w[0] * 1e6, T, steps_us, win_us / steps_us);
     }
