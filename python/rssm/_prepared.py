@@ -68,23 +68,27 @@ class Field:
         self.arg, self.offset, self.itemsize, self.label = arg, offset, itemsize, label
 
 
-def direct_fields(args: tuple, took) -> list | None:
+def direct_plan(args: tuple, arg_of: tuple, took: list) -> list:
     """The compiled torch extension's plan of a call whose pointers are its
-    tensors' own memory (rssm.torch_ext: materialise and advance): for each
-    (argument index or None, pointer the C call took) of `took`, in the C
-    call's order, (index, 0, itemsize), or (-1, 0, 0) for NULL; None when a
-    pointer is not its argument's address (a converted copy: such a call is
-    made on the Python path each time, as `calls` keeps none of them)."""
-    out = []
-    for i, ptr in took:
+    tensors' own memory (rssm.torch_ext: materialise and advance), from what
+    the Python path's call put in `took` (the layer, the rows, the pointers
+    the C call took, in its order; arg_of: the index in `args` whose memory
+    each pointer is, None for NULL), as ints: the layer's handle, the rows,
+    then per pointer (index, 0, itemsize), or (-1, 0, 0) for NULL. Empty
+    when a pointer is not its argument's address (a converted copy: such a
+    call is made on the Python path each time, as `calls` keeps none of
+    them)."""
+    layer, rows, ptrs = took
+    out = [layer._h.value, rows]
+    for i, ptr in zip(arg_of, ptrs):
         if i is None or ptr is None:
             if ptr is not None:
-                return None
+                return []
             out += [-1, 0, 0]
             continue
         x = args[i]
         if x is None or ptr != x.data_ptr():
-            return None
+            return []
         out += [i, 0, x.element_size()]
     return out
 

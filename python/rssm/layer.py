@@ -827,6 +827,4 @@ def planned_advance(cursor, slot_index, write_pos, force, ring_len, backend_name
     took = []
     advance(cursor, slot_index, write_pos, force, ring_len=ring_len, backend_name=backend_name or None,
             padding=padding, _took=took)
-    layer, rows, ptrs = took
-    fields = _prepared.direct_fields((cursor, slot_index, write_pos, force), zip((1, 2, 3, 0), ptrs))
-    return [] if fields is None else [layer._h.value, rows, *fields]
+    return _prepared.direct_plan((cursor, slot_index, write_pos, force), (1, 2, 3, 0), took)

@@ -416,6 +416,4 @@ def planned_materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indi
     took = []
     materialise_direct(*args, gate_kind=gate_kind, ring_len=ring_len or None, max_rows=max_rows or None,
                        backend=backend or None, padding=padding, _took=took)
-    layer, rows, ptrs = took
-    fields = _prepared.direct_fields(args, zip(_MATERIALISE_ARGS, ptrs))
-    return [] if fields is None else [layer._h.value, rows, *fields]
+    return _prepared.direct_plan(args, _MATERIALISE_ARGS, took)
