@@ -327,8 +327,7 @@ static rssm_status record_verify(vk_ctx *ctx, vk_layer *l, uint32_t rows, uint32
         raw ? t->A_log : none, raw ? t->dt_bias : none, t->out, t->slot_index, t->write_pos, *drafts, t->overflow,
     };
     vk_push pc = l->push;
-    pc.rows = rows;
-    pc.rows_word = t_max;
+    pc.rows = rows; /* rows_word: vk_window_dispatch's, per part */
     /* UINT32_MAX: no overflowing token yet (the kernel takes the minimum) */
     if ((st = record_bind(ctx, l, cb, rows, t_max, given, false, true, 0xffffffffu, &pc, who, err)) != RSSM_OK)
         return st;
