@@ -371,12 +371,13 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     /* Overrides for measuring the kernel choices (docs/bench.md). */
     const char *split = getenv("RSSM_VK_ROW_SPLIT"), *prefetch = getenv("RSSM_VK_PREFETCH");
     const char *one = getenv("RSSM_VK_ONE_DISPATCH"), *window = getenv("RSSM_VK_WINDOW");
-    const char *window_tokens = getenv("RSSM_VK_WINDOW_TOKENS");
+    const char *window_tokens = getenv("RSSM_VK_WINDOW_TOKENS"), *flush_first = getenv("RSSM_VK_FLUSH_FIRST");
     ctx->tune_row_split = split ? (uint32_t)strtoul(split, NULL, 10) : 0;
     ctx->tune_prefetch = prefetch && *prefetch ? strcmp(prefetch, "0") != 0 : -1;
     ctx->tune_one_dispatch = one && *one ? strcmp(one, "0") != 0 : -1;
     ctx->tune_window = window && *window ? strcmp(window, "0") != 0 : -1;
     ctx->tune_window_tokens = window_tokens ? (uint32_t)strtoul(window_tokens, NULL, 10) : 0;
+    ctx->tune_flush_first = flush_first && *flush_first ? strcmp(flush_first, "0") != 0 : -1;
     /* On a CPU device every pipeline is an LLVM compile at its first
      * dispatch (lavapipe), most of a cold test run: the `_rt` modules take
      * the head's place and counts, the ring length and the ring and io

@@ -81,14 +81,15 @@ typedef struct vk_ctx {
     /* The decode pipelines take vk_shape as push constants (the `_rt`
      * modules; vk_device.c says when). */
     bool runtime_shape;
-    /* Measurement overrides of five kernel choices (docs/bench.md):
+    /* Measurement overrides of six kernel choices (docs/bench.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
      * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1,
-     * RSSM_VK_ONE_DISPATCH=0|1 and RSSM_VK_WINDOW=0|1 (-1: the rule), and
+     * RSSM_VK_ONE_DISPATCH=0|1, RSSM_VK_FLUSH_FIRST=0|1 and
+     * RSSM_VK_WINDOW=0|1 (-1: the rule), and
      * RSSM_VK_WINDOW_TOKENS=N (a window's tokens per dispatch; 0: the
      * rule in vk_pipeline.c). */
     uint32_t tune_row_split, tune_window_tokens;
-    int tune_prefetch, tune_one_dispatch, tune_window;
+    int tune_prefetch, tune_one_dispatch, tune_window, tune_flush_first;
     char validation_message[200];
 
     VkPhysicalDevice phys;
