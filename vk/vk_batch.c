@@ -113,7 +113,8 @@ void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb)
                                  &between, 0, NULL, 0, NULL);
 }
 
-void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer)
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer,
+                       bool flush_first)
 {
     /* Descriptor sets and push constants stay bound across pipelines of one layout. */
     ctx->vk.vkCmdBindDescriptorSets(cb, VK_PIPELINE_BIND_POINT_COMPUTE, b->decode.layout, 0, 1, &set, 0, NULL);
@@ -121,7 +122,7 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
     vk_decode_push(ctx, cb, &b->decode, &b->push);
     const uint32_t rows = b->params.max_rows;
     if (!layer_by_layer) {
-        vk_decode_dispatch(ctx, cb, &b->decode, rows, 0, b->params.layers, false);
+        vk_decode_dispatch(ctx, cb, &b->decode, rows, 0, b->params.layers, false, flush_first);
         return;
     }
     /* As in a model, where layer l + 1's inputs are layer l's outputs: each
@@ -129,25 +130,41 @@ void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDes
     for (uint32_t l = 0; l < b->params.layers; l++) {
         if (l > 0)
             vk_cmd_barrier_compute(ctx, cb);
-        vk_decode_dispatch(ctx, cb, &b->decode, rows, l, 1, false);
+        vk_decode_dispatch(ctx, cb, &b->decode, rows, l, 1, false, flush_first);
     }
+}
+
+bool vk_step_flushes(const vk_batch *b, uint32_t rows, const rssm_row_header *hdr)
+{
+    const uint32_t cap = b->params.ring_cap;
+    for (uint32_t r = 0; r < rows; r++)
+        if (!RSSM_ROW_PADS(hdr[r].slot, b->push.slots, b->params.flags) &&
+            RSSM_ROW_FLUSHES(hdr[r].write_pos < cap ? hdr[r].write_pos : cap, cap, hdr[r].force))
+            return true;
+    return false;
 }
 
 static rssm_status record_step_locked(vk_ctx *ctx, vk_batch *b, rssm_error *err)
 {
-    rssm_status st = vk_cmd_begin(ctx, b->queries, &b->step_cmd, err);
-    if (st != RSSM_OK)
-        return st;
-    VkCommandBuffer cb = b->step_cmd;
-    vk_cmd_barrier_before_compute(ctx, cb);
-    if (b->queries)
-        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
-    vk_batch_cmd_step(ctx, b, cb, b->set, false);
-    vk_cmd_barrier_after_compute(ctx, cb);
-    if (b->queries)
-        ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
-    const VkResult r = ctx->vk.vkEndCommandBuffer(cb);
-    return r == VK_SUCCESS ? RSSM_OK : vk_fail(ctx, r, "vkEndCommandBuffer", err);
+    /* A second recording only where the order can differ: two pipelines. */
+    const int orders = b->decode.readout ? 2 : 1;
+    for (int o = 0; o < orders; o++) {
+        rssm_status st = vk_cmd_begin(ctx, b->queries, &b->step_cmd[o], err);
+        if (st != RSSM_OK)
+            return st;
+        VkCommandBuffer cb = b->step_cmd[o];
+        vk_cmd_barrier_before_compute(ctx, cb);
+        if (b->queries)
+            ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_TOP_OF_PIPE_BIT, b->queries, 0);
+        vk_batch_cmd_step(ctx, b, cb, b->set, false, o == 1);
+        vk_cmd_barrier_after_compute(ctx, cb);
+        if (b->queries)
+            ctx->vk.vkCmdWriteTimestamp(cb, VK_PIPELINE_STAGE_BOTTOM_OF_PIPE_BIT, b->queries, 1);
+        const VkResult r = ctx->vk.vkEndCommandBuffer(cb);
+        if (r != VK_SUCCESS)
+            return vk_fail(ctx, r, "vkEndCommandBuffer", err);
+    }
+    return RSSM_OK;
 }
 
 rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,
@@ -330,8 +347,9 @@ void vk_batch_destroy(void *vctx, void *vbatch)
         return;
     pthread_mutex_lock(&ctx->queue_lock);
     ctx->vk.vkQueueWaitIdle(ctx->queue);
-    if (b->step_cmd)
-        ctx->vk.vkFreeCommandBuffers(ctx->device, ctx->command_pool, 1, &b->step_cmd);
+    for (int o = 0; o < 2; o++)
+        if (b->step_cmd[o])
+            ctx->vk.vkFreeCommandBuffers(ctx->device, ctx->command_pool, 1, &b->step_cmd[o]);
     pthread_mutex_unlock(&ctx->queue_lock);
     if (b->step_fence)
         ctx->vk.vkDestroyFence(ctx->device, b->step_fence, NULL);
@@ -423,7 +441,7 @@ rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row
     rssm_status st = vk_check_validation(ctx, err);
     if (st != RSSM_OK)
         return st;
-    /* The previous submission of step_cmd has completed (every run waits on
+    /* The previous submission of a step_cmd has completed (every run waits on
      * its fence before returning), so the header is not in use: rewrite it
      * in place. The memory is host-coherent and vkQueueSubmit makes host
      * writes before it visible to the device. */
@@ -435,7 +453,7 @@ rssm_status vk_batch_run(void *vctx, void *vbatch, uint32_t rows, const rssm_row
     VkSubmitInfo si = {
         .sType = VK_STRUCTURE_TYPE_SUBMIT_INFO,
         .commandBufferCount = 1,
-        .pCommandBuffers = &b->step_cmd,
+        .pCommandBuffers = &b->step_cmd[b->step_cmd[1] && vk_step_flushes(b, rows, hdr) ? 1 : 0],
     };
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);

@@ -219,7 +219,7 @@ static rssm_status time_steps(vk_ctx *ctx, vk_batch *b, bench *o, uint32_t rows,
     for (uint32_t s = 0; s < steps; s++) {
         if (s > 0)
             vk_cmd_barrier_compute(ctx, cb);
-        vk_batch_cmd_step(ctx, b, cb, o->sets[s], true);
+        vk_batch_cmd_step(ctx, b, cb, o->sets[s], true, vk_step_flushes(b, rows, hdr + (size_t)s * rows));
     }
     vk_cmd_barrier_after_compute(ctx, cb);
     bench_timestamp(ctx, o, 1);

@@ -193,7 +193,10 @@ typedef struct vk_batch {
     VkDescriptorPool descriptor_pool;
     VkDescriptorSet set;
     VkQueryPool queries;
-    VkCommandBuffer step_cmd; /* recorded once, resubmitted every step */
+    /* Recorded once, resubmitted every step: [1] with the flush rows'
+     * dispatch first, for a step where some row flushes, [0] with it last
+     * (vk_decode_dispatch); a decode of one dispatch has [0] only. */
+    VkCommandBuffer step_cmd[2];
     VkFence step_fence;
     double last_run_seconds;
     vk_window *window;        /* NULL until the first window */
@@ -293,12 +296,13 @@ void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
 uint32_t vk_decode_push_bytes(const vk_ctx *ctx);
 void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const vk_push *pc);
 /* Dispatches a step of `rows` workgroup rows over layers first ..
- * first + count - 1: the read-only rows' pipeline, then the flushing
- * rows' (each pipeline's other rows return at once; the two touch disjoint
- * slots and outputs, so no barrier), or only the flush pipeline. The
- * descriptors and push constants are bound already. */
+ * first + count - 1: the flushing rows' pipeline and the read-only rows'
+ * (each pipeline's other rows return at once; the two touch disjoint slots
+ * and outputs, so no barrier), the flushing rows' first if flush_first
+ * (a step where some row flushes, or one that cannot know), or only the
+ * flush pipeline. The descriptors and push constants are bound already. */
 void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
-                        uint32_t count, bool flush_only);
+                        uint32_t count, bool flush_only, bool flush_first);
 /* The speculative-decode window (shaders/window.glsl, docs/design.md §9):
  * its shared memory for the tokens a dispatch of `p` takes; why it
  * cannot run `p` on this device, or NULL; its pipeline on a decode
@@ -385,8 +389,13 @@ void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
 void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* Binds the batch's `set`, pushes its constants, dispatches one step: every
  * layer in one dispatch, or (layer_by_layer) one dispatch per layer, each
- * after the one before it, as a model runs them. */
-void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer);
+ * after the one before it, as a model runs them; flush_first as
+ * vk_decode_dispatch's. */
+void vk_batch_cmd_step(vk_ctx *ctx, const vk_batch *b, VkCommandBuffer cb, VkDescriptorSet set, bool layer_by_layer,
+                       bool flush_first);
+/* Whether any of a step's `rows` header rows flushes (RSSM_ROW_FLUSHES):
+ * the order of its two dispatches. */
+bool vk_step_flushes(const vk_batch *b, uint32_t rows, const rssm_row_header *hdr);
 /* A descriptor pool (*pool; VK_NULL_HANDLE when its creation fails) with
  * `count` sets of the batch's set layout, allocated into sets[0..count-1]. */
 rssm_status vk_batch_sets_create(vk_ctx *ctx, const vk_batch *b, uint32_t count, VkDescriptorPool *pool,

@@ -302,7 +302,9 @@ rssm_status vk_layer_record(void *vctx, void *vlayer, uint32_t rows, const rssm_
     pc.rows = rows;
     if ((st = record_bind(ctx, l, cb, rows, 1, given, materialise, false, 0, &pc, who, err)) != RSSM_OK)
         return st;
-    vk_decode_dispatch(ctx, cb, &l->decode, rows, 0, 1, materialise);
+    /* The rows' positions are the engine's, on the device: the order of a
+     * step with flushing rows, which is every step at staggered positions. */
+    vk_decode_dispatch(ctx, cb, &l->decode, rows, 0, 1, materialise, true);
     barrier(ctx, cb);
     return vk_check_validation(ctx, err);
 }

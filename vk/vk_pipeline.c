@@ -462,17 +462,22 @@ void vk_decode_destroy(vk_ctx *ctx, vk_decode *d)
 }
 
 void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uint32_t rows, uint32_t first,
-                        uint32_t count, bool flush_only)
+                        uint32_t count, bool flush_only, bool flush_first)
 {
-    /* The rows that flush first: nothing orders the two dispatches (their
-     * rows are different slots), so a GPU runs them side by side, and the
-     * flush rows' workgroups, each a longer chain than a read-only one's,
-     * then run beside the read-only rows rather than after them. H200,
+    /* Nothing orders the two dispatches (their rows are different slots),
+     * so a GPU runs them side by side. Where some rows flush, theirs goes
+     * first: their workgroups, each a longer chain than a read-only one's,
+     * then run beside the read-only rows rather than after them (H200,
      * staggered positions: replay 22-27% shorter at batch 16, 18-29% at
-     * 64, 4-11% at 256 (bench/results/h200_vulkan/notes.md, run 34). */
+     * 64, 4-11% at 256). Where none does, it goes last: its workgroups only
+     * read the header and return, which costs least in the read-only
+     * dispatch's tail (first, uniform positions' replay was 2-7% longer;
+     * bench/results/h200_vulkan/notes.md, runs 34-35). */
     const VkPipeline pipes[2] = {d->flush, flush_only ? VK_NULL_HANDLE : d->readout};
     const uint32_t splits[2] = {d->split, d->split_readout};
-    const int order = ctx->tune_flush_first == 0 ? 1 : 0;
+    if (ctx->tune_flush_first >= 0)
+        flush_first = ctx->tune_flush_first != 0;
+    const int order = flush_first ? 0 : 1;
     for (int k = 0; k < 2; k++) {
         const int i = order ^ k;
         if (!pipes[i])
