@@ -363,12 +363,12 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
 
     bool use_cm = ctx->device_coopmat && ctx->kernels == VK_KERNELS_COOPMAT;
     /* The compiler's own statistics of each pipeline (registers, spills,
-     * shared memory) on request: how docs/bench.md explains a kernel's time;
-     * and on every device each pipeline created, with the time that took
-     * (docs/testing.md). */
+     * shared memory) on request: how docs/design.md §8 explains a kernel's
+     * time; and on every device each pipeline created, with the time that
+     * took (docs/testing.md). */
     ctx->pipeline_times = env_on("RSSM_VK_PIPELINE_STATS");
     ctx->pipeline_stats = ctx->pipeline_times && stats_ext && stats_f.pipelineExecutableInfo;
-    /* Overrides for measuring the kernel choices (docs/bench.md). */
+    /* Overrides for measuring the kernel choices (vk/README.md). */
     const char *split = getenv("RSSM_VK_ROW_SPLIT"), *prefetch = getenv("RSSM_VK_PREFETCH");
     const char *one = getenv("RSSM_VK_ONE_DISPATCH"), *window = getenv("RSSM_VK_WINDOW");
     const char *window_tokens = getenv("RSSM_VK_WINDOW_TOKENS"), *flush_first = getenv("RSSM_VK_FLUSH_FIRST");

@@ -81,7 +81,7 @@ typedef struct vk_ctx {
     /* The decode pipelines take vk_shape as push constants (the `_rt`
      * modules; vk_device.c says when). */
     bool runtime_shape;
-    /* Measurement overrides of six kernel choices (docs/bench.md):
+    /* Measurement overrides of six kernel choices (vk/README.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
      * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1,
      * RSSM_VK_ONE_DISPATCH=0|1, RSSM_VK_FLUSH_FIRST=0|1 and
