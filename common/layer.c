@@ -5,6 +5,7 @@
 #include "objects.h"
 #include "dtype.h"
 #include "error.h"
+#include "overlap.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -273,33 +274,151 @@ static rssm_layer_io tensors_io(const rssm_layer *l, uint32_t rows, const rssm_l
 
 /* The tensors a launch reads or writes, in the order of rssm_layer_tensors
  * and rssm_layer_buffers, by name: the T_COUNT it needs, then the optional
- * ones (force, overflow). */
+ * ones (force, overflow), then a window's drafts. */
 enum { T_STATE, T_RING_D, T_RING_K, T_RING_G, T_Q, T_K, T_V, T_GATE, T_BETA, T_A_LOG, T_DT_BIAS, T_OUT,
-       T_SLOT_INDEX, T_WRITE_POS, T_COUNT, T_FORCE = T_COUNT, T_OVERFLOW, T_ALL };
-static const char *const tensor_names[T_ALL] = {
+       T_SLOT_INDEX, T_WRITE_POS, T_COUNT, T_FORCE = T_COUNT, T_OVERFLOW, T_ALL, T_DRAFTS = T_ALL, T_CALL };
+static const char *const tensor_names[T_CALL] = {
     "state", "ring_d", "ring_k", "ring_g", "q", "k", "v", "gate", "beta", "A_log", "dt_bias", "out",
-    "slot_index", "write_pos", "force", "overflow",
+    "slot_index", "write_pos", "force", "overflow", "drafts",
 };
+
+/* What a call does with its tensors: one step (rssm_layer_run, _record),
+ * the fold (_materialise: it writes the state and reads the rings and the
+ * rows), or a window of draft tokens (_verify: it writes the rings, out and
+ * overflow, and reads the state). */
+typedef enum call_kind { CALL_STEP, CALL_FOLD, CALL_WINDOW } call_kind;
 
 /* Whether a call reads or writes tensor i: the rings with replay on, the
  * gate weights with raw gates, the step arrays (force and overflow too)
- * unless it is a materialise, which reads only the state, the rings and
- * the rows. */
-static bool tensor_used(const rssm_kernel_params *p, int i, bool materialise)
+ * unless it is a fold, drafts in a window. */
+static bool tensor_used(const rssm_kernel_params *p, int i, call_kind kind)
 {
     if (i == T_RING_D || i == T_RING_K || i == T_RING_G)
         return p->ring_cap > 0;
     if (i == T_A_LOG || i == T_DT_BIAS)
-        return p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED && !materialise;
+        return p->gate_mode != RSSM_CODE_MODE_PRECOMPUTED && kind != CALL_FOLD;
+    if (i == T_DRAFTS)
+        return kind == CALL_WINDOW;
     if ((i >= T_Q && i <= T_OUT) || i >= T_COUNT)
-        return !materialise;
+        return kind != CALL_FOLD;
     return true;
 }
 
-/* Checks a call's rows and that every tensor it needs is there
- * (present[i] for tensor i); *run is false for a call with nothing to do. */
-static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool present[T_COUNT], bool materialise,
-                              const char *who, bool *run, rssm_error *err)
+/* Whether a call writes tensor i (rssm.h: memory a call writes). */
+static bool tensor_written(int i, call_kind kind)
+{
+    if (i == T_STATE)
+        return kind != CALL_WINDOW;
+    if (i == T_RING_D || i == T_RING_K || i == T_RING_G)
+        return kind != CALL_FOLD;
+    return i == T_OUT || i == T_OVERFLOW;
+}
+
+/* Where a call's tensors are: each one's address space and first byte (0
+ * and a pointer, or a Vulkan buffer and an offset), and whether it was
+ * given (a pointer that is not NULL, a handle that is not 0). */
+typedef struct call_memory {
+    uint64_t space[T_CALL], at[T_CALL];
+    bool given[T_CALL];
+} call_memory;
+
+static call_memory pointer_memory(const rssm_layer_tensors *t, const void *drafts)
+{
+    const void *const ptr[T_CALL] = {t->state, t->ring_d,  t->ring_k, t->ring_g,     t->q,         t->k,
+                                     t->v,     t->gate,    t->beta,   t->A_log,      t->dt_bias,   t->out,
+                                     t->slot_index, t->write_pos, t->force, t->overflow, drafts};
+    call_memory m;
+    for (int i = 0; i < T_CALL; i++) {
+        m.space[i] = 0;
+        m.at[i] = (uint64_t)(uintptr_t)ptr[i];
+        m.given[i] = ptr[i] != NULL;
+    }
+    return m;
+}
+
+static call_memory buffer_memory(const rssm_layer_buffers *t, const rssm_buffer *drafts)
+{
+    static const rssm_buffer none = {0, 0};
+    const rssm_buffer *const buf[T_CALL] = {&t->state, &t->ring_d, &t->ring_k, &t->ring_g, &t->q,
+                                            &t->k,     &t->v,      &t->gate,   &t->beta,   &t->A_log,
+                                            &t->dt_bias, &t->out,  &t->slot_index, &t->write_pos, &t->force,
+                                            &t->overflow, drafts ? drafts : &none};
+    call_memory m;
+    for (int i = 0; i < T_CALL; i++) {
+        m.space[i] = buf[i]->handle;
+        m.at[i] = buf[i]->offset;
+        m.given[i] = buf[i]->handle != 0;
+    }
+    return m;
+}
+
+/* The bytes each tensor of a call covers, by the indices above, for `rows`
+ * rows whose step arrays hold `step_rows` (rows times the tokens of a
+ * window): the whole state pool and rings (every slot, not only the rows':
+ * a tensor written into a slot outside the batch corrupts that slot just
+ * the same), the used ring entries of each head, the step arrays' rows,
+ * the per-row arrays. */
+static void call_extents(const rssm_layer *l, uint32_t rows, uint32_t step_rows, const call_memory *m,
+                         rssm_extent e[T_CALL])
+{
+    const rssm_kernel_params *p = &l->params;
+    const rssm_layer_io *s = &l->shape;
+    const uint64_t H = p->num_qk_heads, HV = p->num_v_heads, K = p->head_k, V = p->head_v, cap = p->ring_cap;
+    const uint64_t G = p->gate_kind == RSSM_CODE_GATE_KDA ? K : 1, slots = s->slots;
+    const uint64_t ssz = rssm_dtype_size((rssm_dtype)p->state_dtype), rsz = rssm_dtype_size((rssm_dtype)p->ring_dtype);
+    const uint64_t iosz = rssm_dtype_size((rssm_dtype)p->io_dtype), gsz = p->flags & RSSM_FLAG_GATE_BF16 ? 2 : 4;
+    for (int i = 0; i < T_CALL; i++) /* one block unless set below: the per-row arrays, A_log, dt_bias */
+        e[i] = (rssm_extent){.space = m->space[i], .base = m->at[i], .block = 4ull * rows, .count = {1, 1}};
+    /* {block, slot (or row) stride, count, head stride, count} */
+    const struct {
+        int i;
+        uint64_t block, s0, n0, s1, n1;
+    } d[] = {
+        {T_STATE, V * K * ssz, s->ckpt_slot, slots, s->ckpt_head, HV},
+        {T_RING_D, cap * V * rsz, s->ring_d_slot, slots, s->ring_d_head, HV},
+        {T_RING_K, cap * K * rsz, s->ring_k_slot, slots, s->ring_k_head, H},
+        {T_RING_G, cap * G * sizeof(float), s->ring_g_slot, slots, s->ring_g_head, HV},
+        {T_Q, H * K * iosz, s->q_row, step_rows, 0, 1},
+        {T_K, H * K * iosz, s->k_row, step_rows, 0, 1},
+        {T_V, HV * V * iosz, s->v_row, step_rows, 0, 1},
+        {T_GATE, HV * G * gsz, s->gate_row, step_rows, 0, 1},
+        {T_BETA, HV * gsz, s->beta_row, step_rows, 0, 1},
+        {T_OUT, HV * V * iosz, s->out_row, step_rows, 0, 1},
+        {T_A_LOG, HV * sizeof(float), 0, 1, 0, 1},
+        {T_DT_BIAS, HV * G * sizeof(float), 0, 1, 0, 1},
+    };
+    for (size_t k = 0; k < sizeof d / sizeof d[0]; k++) {
+        rssm_extent *x = &e[d[k].i];
+        x->block = d[k].block;
+        x->stride[0] = d[k].s0;
+        x->count[0] = d[k].n0;
+        x->stride[1] = d[k].s1;
+        x->count[1] = d[k].n1;
+    }
+}
+
+/* That no tensor the call writes shares a byte with another of its
+ * tensors (rssm.h, rssm_layer_run: no backend promises to read an input
+ * before it writes an output, and a step re-run after an overflow needs
+ * its inputs as they were). */
+static rssm_status check_overlap(const rssm_layer *l, const call_memory *m, uint32_t rows, call_kind kind,
+                                 uint32_t t_max, const char *who, rssm_error *err)
+{
+    rssm_extent e[T_CALL];
+    call_extents(l, rows, kind == CALL_WINDOW ? rows * t_max : rows, m, e);
+    rssm_named_extent used[T_CALL];
+    size_t n = 0;
+    for (int i = 0; i < T_CALL; i++)
+        if (m->given[i] && tensor_used(&l->params, i, kind))
+            used[n++] = (rssm_named_extent){tensor_names[i], e[i], tensor_written(i, kind)};
+    return rssm_check_overlaps(used, n, who, err);
+}
+
+/* Checks a call's rows, that every tensor it needs is there and that what
+ * it writes overlaps nothing else; *run is false for a call with nothing
+ * to do. */
+static rssm_status check_call(const rssm_layer *l, uint32_t rows, const call_memory *m, call_kind kind,
+                              uint32_t t_max, const char *who, bool *run, rssm_error *err)
 {
     const rssm_kernel_params *p = &l->params;
     *run = false;
@@ -307,49 +426,34 @@ static rssm_status check_call(const rssm_layer *l, uint32_t rows, const bool pre
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows exceed the layer's max_rows %u", who, rows,
                               p->max_rows);
     /* no ring: a materialise has nothing to fold, the checkpoint is the state */
-    if (rows == 0 || (materialise && p->ring_cap == 0))
+    if (rows == 0 || (kind == CALL_FOLD && p->ring_cap == 0))
         return rssm_clear_error(err);
     for (int i = 0; i < T_COUNT; i++) {
-        if (tensor_used(p, i, materialise) && !present[i])
+        if (tensor_used(p, i, kind) && !m->given[i])
             return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: tensor %s must not be %s", who,
                                   tensor_names[i], l->backend->ops->layer_run ? "NULL" : "a 0 handle");
     }
+    rssm_status st = check_overlap(l, m, rows, kind, t_max, who, err);
+    if (st != RSSM_OK)
+        return st;
     *run = true;
     return rssm_clear_error(err);
-}
-
-static void tensor_addresses(const rssm_layer_tensors *t, rssm_named_address a[T_ALL])
-{
-    const void *const ptr[T_ALL] = {t->state, t->ring_d, t->ring_k, t->ring_g,  t->q,       t->k,
-                                    t->v,     t->gate,   t->beta,   t->A_log,   t->dt_bias, t->out,
-                                    t->slot_index, t->write_pos, t->force, t->overflow};
-    for (int i = 0; i < T_ALL; i++)
-        a[i] = (rssm_named_address){tensor_names[i], ptr[i]};
 }
 
 /* Every tensor a call uses on the layer's device (a backend with `place`,
  * backend.h: cuda), each distinct address asked about once per layer
  * object (rssm.h, rssm_layer_run). */
-static rssm_status check_memory(const rssm_layer *l, const rssm_named_address a[T_ALL], bool materialise,
-                                const char *who, rssm_error *err)
+static rssm_status check_memory(const rssm_layer *l, const call_memory *m, call_kind kind, const char *who,
+                                rssm_error *err)
 {
     if (!l->seen)
         return RSSM_OK;
-    rssm_named_address used[T_ALL];
+    rssm_named_address used[T_CALL];
     size_t n = 0;
-    for (int i = 0; i < T_ALL; i++)
-        if (tensor_used(&l->params, i, materialise))
-            used[n++] = a[i];
+    for (int i = 0; i < T_CALL; i++)
+        if (tensor_used(&l->params, i, kind))
+            used[n++] = (rssm_named_address){tensor_names[i], (const void *)(uintptr_t)m->at[i]};
     return rssm_backend_check_device_memory(l->backend, l->seen, who, used, n, err);
-}
-
-static void buffers_present(const rssm_layer_buffers *t, bool present[T_COUNT])
-{
-    const rssm_buffer *const buf[T_COUNT] = {&t->state, &t->ring_d, &t->ring_k, &t->ring_g, &t->q,
-                                             &t->k,     &t->v,      &t->gate,   &t->beta,   &t->A_log,
-                                             &t->dt_bias, &t->out,  &t->slot_index, &t->write_pos};
-    for (int i = 0; i < T_COUNT; i++)
-        present[i] = buf[i]->handle != 0;
 }
 
 /* The backend's entry for pointers (run) or for buffer handles (record),
@@ -365,23 +469,21 @@ static rssm_status takes(const rssm_layer *l, bool buffers, const char *who, rss
                           who, l->backend->name);
 }
 
-/* rssm_layer_run and rssm_layer_materialise: the same checks on pointers,
- * and the launch's addresses; *run is false for a call with nothing to do. */
-static rssm_status pointers(const rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, bool materialise,
-                            const char *who, bool *run, rssm_layer_io *io, rssm_error *err)
+/* rssm_layer_run, rssm_layer_materialise and rssm_layer_verify (t_max
+ * tokens of `drafts`): the same checks on pointers, and the launch's
+ * addresses; *run is false for a call with nothing to do. */
+static rssm_status pointers(const rssm_layer *l, uint32_t rows, const rssm_layer_tensors *t, call_kind kind,
+                            uint32_t t_max, const uint32_t *drafts, const char *who, bool *run, rssm_layer_io *io,
+                            rssm_error *err)
 {
     *run = false;
     if (!l || !t)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer and tensors must not be NULL", who);
     rssm_status st = takes(l, false, who, err);
-    rssm_named_address a[T_ALL];
-    tensor_addresses(t, a);
-    bool present[T_COUNT];
-    for (int i = 0; i < T_COUNT; i++)
-        present[i] = a[i].address != NULL;
-    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, run, err)) != RSSM_OK || !*run)
+    const call_memory m = pointer_memory(t, drafts);
+    if (st != RSSM_OK || (st = check_call(l, rows, &m, kind, t_max, who, run, err)) != RSSM_OK || !*run)
         return st;
-    if ((st = check_memory(l, a, materialise, who, err)) != RSSM_OK) {
+    if ((st = check_memory(l, &m, kind, who, err)) != RSSM_OK) {
         *run = false;
         return st;
     }
@@ -394,7 +496,7 @@ rssm_status rssm_layer_run(rssm_layer *l, uint32_t rows, const rssm_layer_tensor
 {
     bool run;
     rssm_layer_io io;
-    rssm_status st = pointers(l, rows, t, false, "layer run", &run, &io, err);
+    rssm_status st = pointers(l, rows, t, CALL_STEP, 0, NULL, "layer run", &run, &io, err);
     if (st != RSSM_OK || !run)
         return st;
     rssm_backend *b = l->backend;
@@ -406,7 +508,7 @@ rssm_status rssm_layer_materialise(rssm_layer *l, uint32_t rows, const rssm_laye
 {
     bool run;
     rssm_layer_io io;
-    rssm_status st = pointers(l, rows, t, true, "layer materialise", &run, &io, err);
+    rssm_status st = pointers(l, rows, t, CALL_FOLD, 0, NULL, "layer materialise", &run, &io, err);
     if (st != RSSM_OK || !run)
         return st;
     /* the backend replaces the step arrays and force with the fold's own */
@@ -424,9 +526,11 @@ static rssm_status record(rssm_layer *l, uint32_t rows, const rssm_layer_buffers
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer, buffers and command buffer must not be NULL",
                               who);
     rssm_status st = takes(l, true, who, err);
-    bool present[T_COUNT], run = false;
-    buffers_present(t, present);
-    if (st != RSSM_OK || (st = check_call(l, rows, present, materialise, who, &run, err)) != RSSM_OK || !run)
+    const call_kind kind = materialise ? CALL_FOLD : window ? CALL_WINDOW : CALL_STEP;
+    const call_memory m = buffer_memory(t, window ? &window->drafts : NULL);
+    bool run = false;
+    if (st != RSSM_OK || (st = check_call(l, rows, &m, kind, window ? window->t_max : 0, who, &run, err)) != RSSM_OK ||
+        !run)
         return st;
     if (window && !window->drafts.handle)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: drafts must not be a 0 handle", who);
@@ -471,11 +575,8 @@ rssm_status rssm_layer_verify(rssm_layer *l, uint32_t rows, uint32_t t_max, cons
         return st;
     bool run;
     rssm_layer_io io;
-    st = pointers(l, rows, t, false, who, &run, &io, err);
+    st = pointers(l, rows, t, CALL_WINDOW, t_max, drafts, who, &run, &io, err);
     if (st != RSSM_OK || !run)
-        return st;
-    const rssm_named_address d = {"drafts", drafts};
-    if (l->seen && (st = rssm_backend_check_device_memory(b, l->seen, who, &d, 1, err)) != RSSM_OK)
         return st;
     return b->ops->layer_verify(b->ctx, l->dev, &io, t_max, drafts, stream, err);
 }
@@ -500,27 +601,55 @@ rssm_status rssm_layer_record_verify(rssm_layer *l, uint32_t rows, uint32_t t_ma
     return record(l, rows, t, command_buffer, false, &window, who, err);
 }
 
+/* The advance's arrays, slot_index, write_pos, force and cursor (given[i]:
+ * not NULL, not a 0 handle): it writes the cursor ([slots]) and reads the
+ * rows ([rows] each). The cursor may be write_pos itself (rssm.h); it may
+ * share no other byte with them. */
+static rssm_status check_advance_overlap(const rssm_layer *l, uint32_t rows, const uint64_t space[4],
+                                         const uint64_t at[4], const bool given[4], const char *who, rssm_error *err)
+{
+    static const char *const names[4] = {"slot_index", "write_pos", "force", "cursor"}; /* the entries' order */
+    rssm_named_extent e[4];
+    size_t n = 0;
+    for (int i = 0; i < 4; i++) {
+        if (!given[i] || (i == 1 && space[1] == space[3] && at[1] == at[3]))
+            continue;
+        const uint64_t bytes = 4ull * (i == 3 ? l->shape.slots : rows);
+        e[n++] = (rssm_named_extent){names[i], {.space = space[i], .base = at[i], .block = bytes, .count = {1, 1}},
+                                     i == 3};
+    }
+    return rssm_check_overlaps(e, n, who, err);
+}
+
 rssm_status rssm_layer_advance(rssm_layer *l, uint32_t rows, const int32_t *slot_index, const int32_t *write_pos,
                                const int32_t *force, int32_t *cursor, void *stream, rssm_error *err)
 {
+    static const char who[] = "layer advance";
     if (!l)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "layer advance: layer must not be NULL");
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer must not be NULL", who);
     if (rows > l->params.max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer advance: %u rows exceed the layer's max_rows %u", rows, l->params.max_rows);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows exceed the layer's max_rows %u", who, rows,
+                              l->params.max_rows);
     if (rows == 0)
         return rssm_clear_error(err);
     if (!slot_index || !write_pos || !cursor)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer advance: slot_index, write_pos and cursor must not be NULL");
-    rssm_status st = takes(l, false, "layer advance", err);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: slot_index, write_pos and cursor must not be NULL",
+                              who);
+    rssm_status st = takes(l, false, who, err);
     if (st != RSSM_OK)
         return st;
-    rssm_backend *b = l->backend;
-    const rssm_named_address a[] = {
+    const rssm_named_address a[4] = {
         {"slot_index", slot_index}, {"write_pos", write_pos}, {"force", force}, {"cursor", cursor}};
-    if (l->seen && (st = rssm_backend_check_device_memory(b, l->seen, "layer advance", a, sizeof a / sizeof a[0],
-                                                          err)) != RSSM_OK)
+    uint64_t space[4] = {0}, at[4];
+    bool given[4];
+    for (int i = 0; i < 4; i++) {
+        at[i] = (uint64_t)(uintptr_t)a[i].address;
+        given[i] = a[i].address != NULL;
+    }
+    if ((st = check_advance_overlap(l, rows, space, at, given, who, err)) != RSSM_OK)
+        return st;
+    rssm_backend *b = l->backend;
+    if (l->seen && (st = rssm_backend_check_device_memory(b, l->seen, who, a, 4, err)) != RSSM_OK)
         return st;
     return b->ops->layer_advance(b->ctx, l->dev, rows, slot_index, write_pos, force, cursor, stream, err);
 }
@@ -540,21 +669,30 @@ rssm_status rssm_layer_record_materialise(rssm_layer *l, uint32_t rows, const rs
 rssm_status rssm_layer_record_advance(rssm_layer *l, uint32_t rows, rssm_buffer slot_index, rssm_buffer write_pos,
                                       rssm_buffer force, rssm_buffer cursor, void *command_buffer, rssm_error *err)
 {
+    static const char who[] = "layer record advance";
     if (!l || !command_buffer)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer record advance: layer and command buffer must not be NULL");
-    rssm_status st = takes(l, true, "layer record advance", err);
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: layer and command buffer must not be NULL", who);
+    rssm_status st = takes(l, true, who, err);
     if (st != RSSM_OK)
         return st;
     if (rows > l->params.max_rows)
-        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer record advance: %u rows exceed the layer's max_rows %u", rows,
+        return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT, "%s: %u rows exceed the layer's max_rows %u", who, rows,
                               l->params.max_rows);
     if (rows == 0)
         return rssm_clear_error(err);
     if (!slot_index.handle || !write_pos.handle || !cursor.handle)
         return rssm_set_error(err, RSSM_ERR_INVALID_ARGUMENT,
-                              "layer record advance: slot_index, write_pos and cursor must not be 0 handles");
+                              "%s: slot_index, write_pos and cursor must not be 0 handles", who);
+    const rssm_buffer *const buf[4] = {&slot_index, &write_pos, &force, &cursor};
+    uint64_t space[4], at[4];
+    bool given[4];
+    for (int i = 0; i < 4; i++) {
+        space[i] = buf[i]->handle;
+        at[i] = buf[i]->offset;
+        given[i] = buf[i]->handle != 0;
+    }
+    if ((st = check_advance_overlap(l, rows, space, at, given, who, err)) != RSSM_OK)
+        return st;
     rssm_backend *b = l->backend;
     return b->ops->layer_record_advance(b->ctx, l->dev, rows, &slot_index, &write_pos, &force, &cursor,
                                         command_buffer, err);

@@ -469,7 +469,27 @@ rssm_status rssm_pool_accept(rssm_pool *p, uint32_t rows, const uint32_t *slots,
  * read or written; with RSSM_PADDING_NONPOSITIVE index 0 too); write_pos[r] is the slot's committed ring entries
  * (0..L-1); force[r] != 0 makes the row flush. The row flushes when
  * write_pos[r] == L - 1 or force[r] is set; its cursor then goes to 0, else
- * to write_pos + 1 (rssm_layer_advance). Rows must name distinct slots. */
+ * to write_pos + 1 (rssm_layer_advance). Rows must name distinct slots.
+ *
+ * Memory a call writes: a step writes the state (its flushing rows), the
+ * rings, out and overflow; a fold (rssm_layer_materialise) the state; a
+ * window (rssm_layer_verify) the rings, out and overflow; the advance the
+ * cursor. No tensor a call writes may share a byte with another tensor of
+ * the call, out over an input it no longer needs (v, or the mixed_qkv row)
+ * included: no backend promises to read an input before it writes an
+ * output, and a row re-run after an overflow needs its inputs as they were.
+ * Every entry refuses such a call with RSSM_ERR_INVALID_ARGUMENT naming
+ * both tensors, before anything runs, on every backend (common code, a few
+ * comparisons per call). A tensor's memory is, from its pointer and the
+ * description's strides: the state and each ring over every slot (not only
+ * the rows': a slot outside the batch is still the pool's), L - 1 entries
+ * of each ring head; q, k, v, gate, beta and out over the call's rows (a
+ * window's rows * t_max); A_log and dt_bias; slot_index, write_pos, force,
+ * overflow and drafts over `rows`; the cursor over `slots`. Tensors only
+ * read may share memory (q, k and v are parts of one row), and a state
+ * and rings that interleave without sharing a byte (an engine's page per
+ * slot holding both) are taken. On vulkan the check compares offsets in
+ * one VkBuffer; two buffers bound to the same device memory are not seen. */
 
 typedef struct rssm_layer rssm_layer;
 
@@ -541,9 +561,9 @@ void rssm_layer_destroy(rssm_layer **layer);
  * `stream` (cuda: a cudaStream_t of the layer's device, NULL for the legacy
  * default stream; the backend's device is made current for the call and
  * the caller's restored). Checks the arguments on the host (NULL pointers,
- * rows, alignment, where each tensor lives) and nothing that is in device
- * memory: the kernels skip rows whose slot index is out of range and clamp
- * write_pos into the ring.
+ * rows, alignment, overlap as above, where each tensor lives) and nothing
+ * that is in device memory: the kernels skip rows whose slot index is out
+ * of range and clamp write_pos into the ring.
  * On cuda every tensor must be device memory of the layer's device, or
  * managed memory: one in host memory (pinned or not) or on another device
  * is RSSM_ERR_INVALID_ARGUMENT, naming the tensor and both places, before
@@ -580,7 +600,8 @@ rssm_status rssm_layer_materialise(rssm_layer *layer, uint32_t rows, const rssm_
  * cursor[slot_index[r]] = flushes ? 0 : write_pos[r] + 1, with the flush
  * rule above. `cursor` is per slot ([slots]); it may be `write_pos` itself
  * only when that is per slot too (an engine's per-row write_pos buffer is
- * refreshed from its per-slot cursor before the next step). Rows must name
+ * refreshed from its per-slot cursor before the next step), and may share
+ * no other byte with the rows' arrays. Rows must name
  * distinct slots: the cpu backend refuses a slot named twice, and a
  * write_pos outside the ring, before any cursor moves
  * (RSSM_ERR_INVALID_ARGUMENT); a GPU backend reads the rows in device

@@ -1046,6 +1046,148 @@ static void advance_rule(void **state)
     rssm_backend_destroy(&b);
 }
 
+/* The whole pool's bytes (state and rings), to see that a refused call
+ * changed none of them. */
+static size_t pool_bytes(const engine *e, uint8_t *to)
+{
+    const struct {
+        const float *at;
+        int64_t slot;
+    } part[] = {{e->state, e->state_slot}, {e->ring_d, e->ring_d_slot}, {e->ring_k, e->ring_k_slot},
+                {e->ring_g, e->ring_g_slot}};
+    size_t n = 0;
+    for (size_t i = 0; i < sizeof part / sizeof part[0]; i++) {
+        const size_t bytes = (size_t)part[i].slot * SLOTS * sizeof(float);
+        if (to)
+            memcpy(to + n, part[i].at, bytes);
+        n += bytes;
+    }
+    return n;
+}
+
+/* Whether a call was refused as overlapping, naming both tensors. */
+static void expect_overlap(rssm_status st, const rssm_error *err, const char *a, const char *b)
+{
+    assert_int_equal(st, RSSM_ERR_INVALID_ARGUMENT);
+    assert_non_null(strstr(err->message, "overlap"));
+    assert_non_null(strstr(err->message, a));
+    assert_non_null(strstr(err->message, b));
+}
+
+/* A tensor a call writes that shares memory with another tensor of the
+ * call is refused before anything runs, naming both, by every entry (run,
+ * materialise, verify, advance; recorded on vulkan): out inside the
+ * checkpoint of a slot outside the batch, k's ring on d's, out over v
+ * (rssm.h: no backend may write out over an input), overflow inside out, a
+ * read array inside a written one, the cursor over the rows. The cursor
+ * may be write_pos itself, and a pool whose state and rings share each
+ * slot's page (an engine's paged pool) is taken, decoding to the same bits
+ * as the same pool in tensors of their own. */
+static void aliased_tensors(void **state)
+{
+    (void)state;
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
+    const size_t H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
+    engine e;
+    engine_open(&e, b, &m);
+    rh_rng rng;
+    rh_rng_seed(&rng, SEED + 23, 0);
+    ts_fill(e.state, (size_t)e.state_slot * SLOTS, -0.5f, 0.5f, &rng);
+    ts_fill(e.ring_d, (size_t)e.ring_d_slot * SLOTS, -0.5f, 0.5f, &rng);
+    ts_fill(e.ring_k, (size_t)e.ring_k_slot * SLOTS, -0.5f, 0.5f, &rng);
+    ts_fill(e.ring_g, (size_t)e.ring_g_slot * SLOTS, -0.5f, -0.01f, &rng);
+    ts_fill(e.qkv, (size_t)e.qkv_row * STEP_ROWS, -1.0f, 1.0f, &rng);
+    ts_fill(e.gate, STEP_ROWS * HV, -1.0f, -0.01f, &rng);
+    ts_fill(e.beta, STEP_ROWS * HV, 0.1f, 0.9f, &rng);
+    memcpy(e.slot_index, (int32_t[ROWS]){0, 1, 2}, ROWS * sizeof(int32_t));
+    memcpy(e.write_pos, (int32_t[ROWS]){1, 2, 0}, ROWS * sizeof(int32_t));
+    rssm_layer *l = NULL;
+    TS_OK(rssm_layer_create(b, &e.desc, &l, &err), &err);
+    const rssm_layer_tensors t = engine_tensors(&e);
+    const size_t pool_n = pool_bytes(&e, NULL);
+    uint8_t *before = malloc(pool_n), *after = malloc(pool_n);
+    assert_non_null(before);
+    assert_non_null(after);
+    pool_bytes(&e, before);
+
+    rssm_layer_tensors x = t;
+    x.out = e.state + (size_t)(SLOTS - 1) * e.state_slot; /* a slot no row names */
+    expect_overlap(lm_run(e.mem, l, ROWS, &x, &err), &err, "state", "out");
+    x = t;
+    x.ring_k = e.ring_d;
+    expect_overlap(lm_run(e.mem, l, ROWS, &x, &err), &err, "ring_d", "ring_k");
+    x = t;
+    x.out = (void *)(uintptr_t)x.v;
+    expect_overlap(lm_run(e.mem, l, ROWS, &x, &err), &err, "v", "out");
+    x = t;
+    x.overflow = (uint32_t *)(void *)e.out;
+    expect_overlap(lm_run(e.mem, l, ROWS, &x, &err), &err, "out", "overflow");
+    x = t;
+    x.force = (const int32_t *)(const void *)(e.ring_g + 3);
+    expect_overlap(lm_run(e.mem, l, ROWS, &x, &err), &err, "ring_g", "force");
+    x = t;
+    x.ring_d = e.state;
+    expect_overlap(lm_materialise(e.mem, l, ROWS, &x, &err), &err, "state", "ring_d");
+    x = t;
+    x.force = NULL;
+    expect_overlap(lm_verify(e.mem, l, ROWS, 1, (const uint32_t *)(const void *)e.out, &x, &err), &err, "out",
+                   "drafts");
+    pool_bytes(&e, after);
+    assert_memory_equal(before, after, pool_n);
+    int32_t *cursor = lm_alloc(e.mem, SLOTS * sizeof(int32_t));
+    expect_overlap(lm_advance(e.mem, l, ROWS, e.slot_index, e.write_pos, NULL, e.slot_index, &err), &err,
+                   "slot_index", "cursor");
+    /* a per-slot write_pos advanced in place: row r (slot r, 0 entries) to 1 */
+    TS_OK(lm_advance(e.mem, l, ROWS, e.slot_index, cursor, NULL, cursor, &err), &err);
+    const int32_t want[SLOTS] = {1, 1, 1, 0, 0};
+    assert_memory_equal(cursor, want, sizeof want);
+
+    /* The same pool, paged: each slot's state and rings side by side in a
+     * page, each part 16-byte aligned as the GPU kernels need. */
+    const size_t part[4] = {HV * V * K, HV * L * V, H * L * K, HV * L}; /* floats of each per slot */
+    size_t at[4], page = 0;
+    for (int i = 0; i < 4; i++) {
+        at[i] = page;
+        page += (part[i] * sizeof(float) + 15) / 16 * 16;
+    }
+    uint8_t *pages = lm_alloc(e.mem, page * SLOTS);
+    const float *const from[4] = {e.state, e.ring_d, e.ring_k, e.ring_g};
+    const int64_t from_slot[4] = {e.state_slot, e.ring_d_slot, e.ring_k_slot, e.ring_g_slot};
+    for (size_t s = 0; s < SLOTS; s++)
+        for (int i = 0; i < 4; i++)
+            memcpy(pages + s * page + at[i], from[i] + s * (size_t)from_slot[i], part[i] * sizeof(float));
+    rssm_layer_desc d = e.desc;
+    d.state_slot_stride = d.ring_d_slot_stride = d.ring_k_slot_stride = d.ring_g_slot_stride =
+        (int64_t)(page / sizeof(float));
+    rssm_layer *paged = NULL;
+    TS_OK(rssm_layer_create(b, &d, &paged, &err), &err);
+    rssm_layer_tensors p = t;
+    p.state = pages + at[0];
+    p.ring_d = pages + at[1];
+    p.ring_k = pages + at[2];
+    p.ring_g = (float *)(void *)(pages + at[3]);
+    const size_t out_n = (size_t)e.out_row * ROWS;
+    float *out_apart = malloc(out_n * sizeof(float));
+    assert_non_null(out_apart);
+    TS_OK(lm_run(e.mem, l, ROWS, &t, &err), &err);
+    memcpy(out_apart, e.out, out_n * sizeof(float));
+    TS_OK(lm_run(e.mem, paged, ROWS, &p, &err), &err);
+    assert_memory_equal(out_apart, e.out, out_n * sizeof(float));
+    for (size_t s = 0; s < SLOTS; s++) /* the entries the step appended, the same bits */
+        for (int i = 1; i < 4; i++)
+            assert_memory_equal(pages + s * page + at[i], from[i] + s * (size_t)from_slot[i], part[i] * sizeof(float));
+    free(out_apart);
+    free(before);
+    free(after);
+    rssm_layer_destroy(&paged);
+    rssm_layer_destroy(&l);
+    engine_close(&e);
+    rssm_backend_destroy(&b);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -1058,6 +1200,7 @@ int main(void)
         cmocka_unit_test(bad_runs),
         cmocka_unit_test(advance_rule),
         cmocka_unit_test(padding_conventions),
+        cmocka_unit_test(aliased_tensors),
     };
     return TS_RUN_ON_BACKEND(tests);
 }
