@@ -46,7 +46,8 @@ def advance(cursor, ssm_state_indices, write_pos, force_flush=None, *, ring_len:
     if ops is not None:
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
-        ops.advance(cursor, ssm_state_indices, write_pos, force_flush, int(ring_len), backend or "", padding)
+        L = _layer.c_number("ring_len", ring_len, "ring_len")
+        ops.advance(cursor, ssm_state_indices, write_pos, force_flush, L, backend or "", padding)
         return cursor
     return _layer.advance(cursor, ssm_state_indices, write_pos, force_flush, ring_len=ring_len,
                           backend_name=backend, stream=stream, padding=padding)

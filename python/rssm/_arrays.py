@@ -167,6 +167,10 @@ def _from_numpy(x, name: str, np) -> ArrayInfo | None:
 
 def _dtype_from_interface(iface: dict, x: Any, name: str) -> str:
     typestr = iface["typestr"]
+    if not (isinstance(typestr, str) and len(typestr) > 2 and typestr[2:].isdigit()):
+        # NumPy's object arrays say "|O" (Python objects, no size): no memory rssm could read
+        raise TypeError(f"{name}: element type {typestr!r} is not one rssm takes (an array of numbers, "
+                        "not of Python objects)")
     order, kind, size = typestr[0], typestr[1], int(typestr[2:])
     if order == ">" and size > 1:
         raise TypeError(f"{name}: big-endian data ({typestr}) is not supported")

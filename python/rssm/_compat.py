@@ -4,21 +4,34 @@ decode on rssm's replay kernels."""
 
 from __future__ import annotations
 
-from ._arrays import is_torch_tensor
-from .replayssm import fused_recurrent_gated_delta_rule_replayssm
+from ._arrays import ArrayInfo, array_info, is_torch_tensor
+from .layer import c_number
+from .replayssm import _dims, fused_recurrent_gated_delta_rule_replayssm
+
+
+def decode_shapes(mixed_qkv, initial_state) -> tuple:
+    """(B, width of mixed_qkv, slots, HV, V, K, mixed_qkv's dtype), read as the entry reads its
+    arrays and checked for rank and extent before any is used: a wrong
+    argument is a ValueError or TypeError naming it and the shape expected."""
+    qkv, state = array_info(mixed_qkv, "mixed_qkv"), array_info(initial_state, "initial_state")
+    _dims(qkv, 2, "[B, 2*H*K + HV*V]")
+    _dims(state, 4, "[slots, HV, V, K]")
+    if 0 in state.shape[1:]:
+        raise ValueError(f"initial_state has shape {list(state.shape)}, expected [slots, HV, V, K] with HV, V and "
+                         "K at least 1")
+    return (*qkv.shape, *state.shape, qkv.dtype)
 
 
 def rows_out(out, B: int, HV: int, V: int):
-    """An engine's out [B, 1, HV, V] as the [B, HV, V] rssm takes: a view, so
-    rssm writes the engine's tensor (torch's .view refuses where a view cannot
-    be had; a NumPy array must be contiguous for the same reason)."""
-    if tuple(out.shape) != (B, 1, HV, V):
-        raise ValueError(f"out must have shape {(B, 1, HV, V)} (got {tuple(out.shape)})")
-    if is_torch_tensor(out):
-        return out.view(B, HV, V)
-    if not out.flags["C_CONTIGUOUS"]:
-        raise ValueError("out must be contiguous")
-    return out.reshape(B, HV, V)
+    """An engine's out [B, 1, HV, V] as the [B, HV, V] rssm takes: a view
+    (its dimension of 1 selected away), so rssm writes the engine's tensor
+    in place whatever its strides."""
+    a = array_info(out, "out")
+    if a.shape != (B, 1, HV, V):
+        raise ValueError(f"out has shape {list(a.shape)}, expected [B, 1, HV, V] = {[B, 1, HV, V]}")
+    if hasattr(out, "__getitem__"):  # torch, NumPy, CuPy: a view of their own kind
+        return out[:, 0]
+    return a._replace(shape=(B, HV, V), strides=(a.strides[0], *a.strides[2:]))
 
 
 # A packed decode is the replay decode with a ring of one entry: every row
@@ -33,9 +46,12 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
     """The engines' packed decode (initial_state updated every step, out [B,
     1, HV, V]), as rssm's replay decode at L = 1. Returns (out, initial_state)
     as theirs do."""
-    B = mixed_qkv.shape[0]
-    slots, HV, V, K = initial_state.shape
-    H = (mixed_qkv.shape[1] - HV * V) // (2 * K)
+    B, width, slots, HV, V, K, io_dtype = decode_shapes(mixed_qkv, initial_state)
+    H, rest = divmod(width - HV * V, 2 * K)
+    if H < 1 or rest:
+        raise ValueError(f"mixed_qkv has {width} columns, expected 2*H*K + HV*V for some H >= 1 (HV={HV}, V={V}, "
+                         f"K={K} from initial_state)")
+    gate_lower_bound = c_number("lower_bound", gate_lower_bound, "gate_lower_bound")
     g_shape = (slots, HV, 1, K) if gate_kind == "kda" else (slots, HV, 1)
     shapes = ((slots, HV, 1, V), (slots, H, 1, K), g_shape)
     if is_torch_tensor(initial_state):
@@ -49,7 +65,7 @@ def packed_decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ss
         import numpy
         dev = "host"
         zeros = numpy.zeros
-        ring_dtype = mixed_qkv.dtype if mixed_qkv.dtype in (numpy.float32, numpy.float16) else numpy.float32
+        ring_dtype = numpy.float16 if io_dtype == "fp16" else numpy.float32
         f32, i32 = numpy.float32, numpy.int32
     key = (dev, str(ring_dtype), shapes, gate_kind)
     rings = _one_entry_rings.get(key)

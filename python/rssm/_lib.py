@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import threading
 from ctypes import (POINTER, Structure, c_char, c_char_p, c_float, c_int, c_int64, c_size_t,
                     c_uint32, c_void_p)
@@ -215,11 +216,22 @@ def status_name(status: int) -> str:
     return s.decode() if s else STATUS_NAMES.get(status, f"status {status}")
 
 
-def check(function: str, status: int, err: RssmError) -> None:
-    """Raises Error for a failed call, with rssm's status name and message."""
+def check(function: str, status: int, err: RssmError, names: dict | None = None) -> None:
+    """Raises Error for a failed call, with rssm's status name and message.
+    `names`: the caller's name for each tensor rssm's message may name by
+    its field of rssm_layer_tensors ({"state": "initial_state", ...}), so
+    that the message names the argument that was passed."""
     if status != RSSM_OK:
         msg = err.message.decode(errors="replace") or "(no message)"
+        if names:
+            msg = re.sub(r"\b(" + "|".join(map(re.escape, names)) + r")\b", lambda m: names[m.group(1)], msg)
         raise Error(function, status, status_name(status), msg)
+
+
+def tensor_names(arrays: dict) -> dict | None:
+    """For check(): the name of each array of `arrays` (ArrayInfos, or
+    None, by their rssm_layer_tensors field) where it is not the field's."""
+    return {field: a.name for field, a in arrays.items() if a is not None and a.name != field} or None
 
 
 def version_string() -> str:

@@ -96,12 +96,15 @@ def direct_plan(args: tuple, arg_of: tuple, took: list) -> list:
 class Plan:
     """A call description resolved once: the layer (rssm.layer.Layer), the
     rows, a Field (or None: NULL) per pointer of rssm_layer_tensors, the
-    conversion of each argument (a dtype, or None) and the memory the
-    backend takes ("cpu", "cuda", or None where the package cannot tell)."""
-    __slots__ = ("layer", "rows", "fields", "converts", "memory")
+    conversion of each argument (a dtype, or None), the memory the
+    backend takes ("cpu", "cuda", or None where the package cannot tell)
+    and the arguments' names for rssm's tensors in its messages
+    (_lib.check)."""
+    __slots__ = ("layer", "rows", "fields", "converts", "memory", "names")
 
-    def __init__(self, layer, rows: int, fields: list, converts: tuple, memory):
+    def __init__(self, layer, rows: int, fields: list, converts: tuple, memory, names: dict | None = None):
         self.layer, self.rows, self.fields, self.converts, self.memory = layer, rows, fields, converts, memory
+        self.names = names
 
     def bind(self, infos: tuple) -> tuple:
         """rssm_layer_tensors for the arrays read as `infos`, with the
@@ -144,7 +147,8 @@ class Call:
     stream read at each call, which a CUDA graph capture makes its own).
     The C function is looked up at each call, not kept: a test may stand
     another in its place."""
-    __slots__ = ("layer", "rows", "tensors", "err", "err_ref", "pick", "facts", "expected", "stream", "refs")
+    __slots__ = ("layer", "rows", "tensors", "err", "err_ref", "pick", "facts", "expected", "stream", "refs",
+                 "names")
 
     def __call__(self, arrays: tuple) -> bool:
         """Runs the call if the arrays still read as they did when it was
@@ -161,7 +165,7 @@ class Call:
         with layer._calls:
             status = layer._c.rssm_layer_run(layer._h, self.rows, self.tensors, stream, self.err_ref)
             if status:
-                _lib.check("rssm_layer_run", status, self.err)
+                _lib.check("rssm_layer_run", status, self.err, self.names)
         return True
 
 
@@ -183,7 +187,7 @@ def prepare(key, plan: Plan, arrays: tuple, infos: tuple, tensors, stream, torch
 
     # Kept on the call, so that the callbacks fire while it is cached.
     call.refs = [weakref.ref(x, drop) for x, (_, by_identity) in zip(picked, readers) if by_identity]
-    call.layer, call.rows = plan.layer, plan.rows
+    call.layer, call.rows, call.names = plan.layer, plan.rows, plan.names
     call.tensors = ctypes.byref(tensors)
     call.err = _lib.RssmError()
     call.err_ref = ctypes.byref(call.err)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import atexit
 import ctypes
+import operator
 import sys
 import threading
 import dataclasses
@@ -31,6 +32,49 @@ _STRIDE_FIELDS = (
     "q_row_stride", "k_row_stride", "v_row_stride", "out_row_stride",
     "gate_row_stride", "beta_row_stride",
 )
+
+
+# The numbers of rssm_layer_desc and their C types' ranges (include/rssm.h).
+_FLT_MAX = 3.4028234663852886e38
+_C_RANGES = {
+    **{f: (0, 2**32 - 1, "uint32") for f in ("num_qk_heads", "num_v_heads", "head_k", "head_v", "slots", "max_rows",
+                                             "ring_len")},
+    **{f: (-2**63, 2**63 - 1, "int64") for f in _STRIDE_FIELDS},
+    **{f: (-_FLT_MAX, _FLT_MAX, "float") for f in ("gate_lower_bound", "q_scale")},
+}
+
+
+def _need_c_number(name: str, v, lo, hi, what: str) -> None:
+    """Refuses `v` for a C field of type `what` unless it is a number of that
+    kind (an integer for the integer types, anything with __float__ for
+    floats) inside lo..hi, infinities and NaN passing for floats (rssm's validation says what it makes of
+    them). The flags (replay, qk_l2norm) go to C as 0 or 1 (to_c)."""
+    if what == "float":
+        if not hasattr(type(v), "__float__"):  # a str converts, but is no number (ctypes refused it unnamed)
+            raise TypeError(f"{name} = {v!r}: expected a number")
+        x = float(v)
+        if x != x or x in (float("inf"), float("-inf")) or lo <= x <= hi:
+            return
+        raise ValueError(f"{name} = {v!r} does not fit a C float (|x| <= {_FLT_MAX:.7g})")
+    try:
+        x = operator.index(v)
+    except TypeError:
+        raise TypeError(f"{name} = {v!r}: expected an integer") from None
+    if not lo <= x <= hi:
+        raise ValueError(f"{name} = {x}: must be in {lo}..{hi} (rssm_layer_desc's {what})")
+
+
+def c_number(name: str, v, field: str):
+    """An argument `name` that becomes LayerDesc.`field`, as that field's C
+    type takes it (a float, or an int: an integral float too, as int()
+    took it), or the error of _need_c_number naming the argument."""
+    lo, hi, what = _C_RANGES[field]
+    if type(v) is int and lo <= v <= hi:
+        return v if what != "float" else float(v)
+    if what != "float" and isinstance(v, float) and v.is_integer():
+        v = int(v)
+    _need_c_number(name, v, lo, hi, what)
+    return float(v) if what == "float" else operator.index(v)
 
 
 # ---------------------------------------------------------------- backend
@@ -191,6 +235,13 @@ class LayerDesc:
                             ("gate_dtype", _lib.DTYPES), ("padding", _lib.PADDINGS)):
             if getattr(self, name) not in table:
                 raise ValueError(f"LayerDesc.{name} = {getattr(self, name)!r}: expected one of {sorted(table)}")
+        # ctypes stores an int modulo 2**bits and a float past float32's
+        # range as infinity: the C description would differ from this one
+        # (a ring_len of 2 - 2**32 would run as a ring of 2).
+        for name, (lo, hi, what) in _C_RANGES.items():
+            v = getattr(self, name)
+            if type(v) is not int or not lo <= v <= hi:
+                _need_c_number(f"LayerDesc.{name}", v, lo, hi, what)
 
     @property
     def gate_width(self) -> int:
@@ -218,9 +269,9 @@ class LayerDesc:
             layers=1, num_qk_heads=self.num_qk_heads, num_v_heads=self.num_v_heads,
             head_k=self.head_k, head_v=self.head_v,
             gate_kind=_lib.GATE_KINDS[self.gate_kind], gate_mode=_lib.GATE_MODES[self.gate_mode],
-            gate_lower_bound=self.gate_lower_bound, replay=int(self.replay), ring_len=self.ring_len,
+            gate_lower_bound=self.gate_lower_bound, replay=int(bool(self.replay)), ring_len=self.ring_len,
             state_dtype=_lib.DTYPES[self.state_dtype], ring_dtype=_lib.DTYPES[self.ring_dtype],
-            io_dtype=_lib.DTYPES[self.io_dtype], qk_l2norm=int(self.qk_l2norm), q_scale=self.q_scale)
+            io_dtype=_lib.DTYPES[self.io_dtype], qk_l2norm=int(bool(self.qk_l2norm)), q_scale=self.q_scale)
         return _lib.RssmLayerDesc(model=m, max_rows=self.max_rows, slots=self.slots,
                                   gate_dtype=_lib.DTYPES[self.gate_dtype], padding=_lib.PADDINGS[self.padding],
                                   **{f: getattr(self, f) for f in _STRIDE_FIELDS})
@@ -593,14 +644,15 @@ class Layer:
         st = _stream(stream, run.arrays.values(), self.backend.memory)
         _keep_converted(run.converted, st)
         t = _lib.RssmLayerTensors(**{n: (info.ptr if info is not None else None) for n, info in run.arrays.items()})
-        self.launch_tensors(run.rows, t, st)
+        self.launch_tensors(run.rows, t, st, _lib.tensor_names(run.arrays))
 
-    def launch_tensors(self, rows: int, tensors: _lib.RssmLayerTensors, stream) -> None:
-        """rssm_layer_run on a filled rssm_layer_tensors, checked already."""
+    def launch_tensors(self, rows: int, tensors: _lib.RssmLayerTensors, stream, names: dict | None = None) -> None:
+        """rssm_layer_run on a filled rssm_layer_tensors, checked already;
+        an error names the tensors by `names` (_lib.check)."""
         err = _lib.RssmError()
         with self._calls:
             status = self._c.rssm_layer_run(self._h, rows, ctypes.byref(tensors), stream, err)
-        _lib.check("rssm_layer_run", status, err)
+        _lib.check("rssm_layer_run", status, err, names)
 
     def verify(self, *, drafts, q, k, v, gate, beta, out, state, ring_d, ring_k, ring_g, slot_index, write_pos,
                A_log=None, dt_bias=None, overflow=None, stream=None):
@@ -634,7 +686,7 @@ class Layer:
         err = _lib.RssmError()
         with self._calls:
             status = self._c.rssm_layer_verify(self._h, rows, run.rows // rows, d.ptr, ctypes.byref(t), st, err)
-        _lib.check("rssm_layer_verify", status, err)
+        _lib.check("rssm_layer_verify", status, err, _lib.tensor_names({**run.arrays, "drafts": d}))
         return out
 
     def _rows(self, raw: dict, names, extra=()) -> tuple:
@@ -699,7 +751,7 @@ class Layer:
         err = _lib.RssmError()
         with self._calls:
             status = self._c.rssm_layer_materialise(self._h, rows, ctypes.byref(t), st, err)
-        _lib.check("rssm_layer_materialise", status, err)
+        _lib.check("rssm_layer_materialise", status, err, _lib.tensor_names({**pool, **a}))
         if _took is not None:
             _took += [rows, tuple(getattr(t, n) for n, _ in t._fields_)]
         return state

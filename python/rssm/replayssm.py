@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from . import _arrays, _lib, _prepared
 from ._arrays import ArrayInfo, array_info, contiguous_tail, torch_ops_for
-from .layer import (LayerDesc, _as, _int32, _keep_converted, _outer_stride, _stream, device_for, layer_for, pool_layer,
-                    prepare_run)
+from .layer import (LayerDesc, _as, _int32, _keep_converted, _outer_stride, _stream, c_number, device_for, layer_for,
+                    pool_layer, prepare_run)
 
 # The arrays of a decode call, in the order the prepared calls key them.
 _NAMES = ("mixed_qkv", "a", "b", "A_log", "dt_bias", "initial_state", "d_cache", "k_cache", "g_cache", "out",
@@ -34,6 +34,25 @@ def _next_pow2(n: int) -> int:
     while p < n:
         p *= 2
     return p
+
+
+def _op_scalars(scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, ring_len, max_rows, backend,
+                padding) -> tuple:
+    """The scalar arguments of rssm::replayssm_decode (after the arrays), as
+    its schema takes them: those left out as 0.0, 0 or "", the numbers
+    checked against the C fields they become (a ValueError or TypeError
+    naming the argument, where torch would wrap or refuse them unnamed)."""
+    return (_scale(scale), gate_kind, gate_mode, c_number("gate_lower_bound", gate_lower_bound, "gate_lower_bound"),
+            bool(use_qk_l2norm), _count("ring_len", ring_len), _count("max_rows", max_rows), backend or "", padding)
+
+
+def _scale(scale) -> float:
+    return 0.0 if scale is None else c_number("scale", scale, "q_scale")
+
+
+def _count(name: str, value) -> int:
+    """ring_len or max_rows as given (0: the default, for None or 0)."""
+    return c_number(name, value, name) if value else 0
 
 
 def _check_padding(padding) -> None:
@@ -123,9 +142,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
         ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
-                   ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
-                   gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
-                   int(ring_len or 0), int(max_rows or 0), backend or "", padding)
+                   ssm_state_indices, write_pos, force_flush, overflow,
+                   *_op_scalars(scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel, ring_len,
+                                max_rows, backend, padding))
         return out
     arrays = (mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out, ssm_state_indices,
               write_pos, force_flush, overflow)
@@ -145,9 +164,9 @@ def fused_recurrent_gated_delta_rule_replayssm(
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
         if watching or not ops.plain_tensors(arrays):
             ops.decode(mixed_qkv, a, b, A_log, dt_bias, initial_state, d_cache, k_cache, g_cache, out,
-                       ssm_state_indices, write_pos, force_flush, overflow, 0.0 if scale is None else float(scale),
-                       gate_kind, gate_mode, float(gate_lower_bound), bool(use_qk_l2norm_in_kernel),
-                       int(ring_len or 0), int(max_rows or 0), backend or "", padding)
+                       ssm_state_indices, write_pos, force_flush, overflow,
+                       *_op_scalars(scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm_in_kernel, ring_len,
+                                    max_rows, backend, padding))
             return out
     elif watching:  # arrays torch does not own, under a torch mode or profiler: nothing of torch's to skip
         return decode(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache, out,
@@ -221,7 +240,7 @@ def _decode(arrays, key, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l
     tensors, read = plan.bind(infos)
     st = _stream(stream, read, plan.memory)
     _keep_converted([r for r, i in zip(read, infos) if r is not i], st)
-    plan.layer.launch_tensors(plan.rows, tensors, st)
+    plan.layer.launch_tensors(plan.rows, tensors, st, plan.names)
     torch_stream = None  # the launch went on torch's current stream: a prepared call reads it anew each time
     if stream is None and plan.memory == "cuda" and _arrays.torch_ops is not None:
         dev = next((i for i in infos if i is not None and i.kind == "torch" and i.device == "cuda"), None)
@@ -261,7 +280,7 @@ def _pool(state: ArrayInfo, ring_d: ArrayInfo, ring_k: ArrayInfo, ring_g: ArrayI
     k_slot, k_head = slot_head(ring_k)
     g_slot, g_head = slot_head(ring_g)
     return dict(num_qk_heads=ring_k.shape[1], num_v_heads=HV, head_k=K, head_v=V, slots=slots,
-                ring_len=int(ring_len) if ring_len else ring_d.shape[2], gate_kind=gate_kind, replay=True,
+                ring_len=_count("ring_len", ring_len) or ring_d.shape[2], gate_kind=gate_kind, replay=True,
                 state_dtype=state.dtype, ring_dtype=ring_d.dtype,
                 state_slot_stride=s_slot, state_head_stride=s_head,
                 ring_d_slot_stride=d_slot, ring_d_head_stride=d_head,
@@ -325,10 +344,11 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     def row_stride(x: ArrayInfo) -> int:
         return _outer_stride(x, 0) if x.shape else 0
 
+    lower_bound = c_number("gate_lower_bound", gate_lower_bound, "gate_lower_bound")
     desc = LayerDesc(
-        **pool, max_rows=int(max_rows) if max_rows else _next_pow2(max(B, 1)), gate_mode=gate_mode,
-        gate_lower_bound=float(gate_lower_bound), io_dtype=qkv.dtype, qk_l2norm=bool(use_qk_l2norm),
-        q_scale=float(scale or 0.0), q_row_stride=row_stride(q), k_row_stride=row_stride(k),
+        **pool, max_rows=_count("max_rows", max_rows) or _next_pow2(max(B, 1)), gate_mode=gate_mode,
+        gate_lower_bound=lower_bound, io_dtype=qkv.dtype, qk_l2norm=bool(use_qk_l2norm),
+        q_scale=_scale(scale), q_row_stride=row_stride(q), k_row_stride=row_stride(k),
         v_row_stride=row_stride(v), out_row_stride=row_stride(out_i), gate_row_stride=row_stride(gate),
         beta_row_stride=row_stride(beta), gate_dtype=gate_dtype, padding=padding)
     # Check every array against the description before a layer object is
@@ -345,7 +365,7 @@ def _plan(infos, scale, gate_kind, gate_mode, gate_lower_bound, use_qk_l2norm, r
     # None where the argument is read as given, or not read at all (A_log
     # and dt_bias with precomputed gates)
     converts = tuple(None if r is i or r is None else r.dtype for r, i in zip(read, infos))
-    return _prepared.Plan(layer, run.rows, fields, converts, memory)
+    return _prepared.Plan(layer, run.rows, fields, converts, memory, _lib.tensor_names(run.arrays))
 
 
 def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, *, gate_kind="gdn",
@@ -368,7 +388,7 @@ def materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, wri
         if stream is not None:
             raise ValueError("stream: torch tensors run on torch's current stream (use `with torch.cuda.stream(s):`)")
         ops.materialise(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos, gate_kind,
-                        int(ring_len or 0), int(max_rows or 0), backend or "", padding)
+                        _count("ring_len", ring_len), _count("max_rows", max_rows), backend or "", padding)
         return initial_state
     return materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indices, write_pos,
                               gate_kind=gate_kind, ring_len=ring_len, max_rows=max_rows, backend=backend,
@@ -391,7 +411,7 @@ def materialise_direct(initial_state, d_cache, k_cache, g_cache, ssm_state_indic
     backend_name, _ = _backend_memory(backend, state.device)
     device = device_for(backend_name, (*pool.values(), idx, wpos))
     _check_padding(padding)
-    desc = LayerDesc(**fields, max_rows=int(max_rows) if max_rows else _next_pow2(max(rows, 1)), padding=padding)
+    desc = LayerDesc(**fields, max_rows=_count("max_rows", max_rows) or _next_pow2(max(rows, 1)), padding=padding)
     layer = pool_layer(desc, backend_name, rows, device)
     layer.materialise(state=state, ring_d=ring_d, ring_k=ring_k, ring_g=ring_g, slot_index=idx, write_pos=wpos,
                       stream=stream, _took=_took)

@@ -17,7 +17,7 @@ when write_pos == L - 1 or it is forced, and the caller advances write_pos.
 
 from __future__ import annotations
 
-from ._compat import packed_decode as _packed, rows_out as _rows_out
+from ._compat import decode_shapes as _decode_shapes, packed_decode as _packed, rows_out as _rows_out
 from .replayssm import fused_recurrent_gated_delta_rule_replayssm
 
 __all__ = ["fused_recurrent_gated_delta_rule_packed_decode", "fused_recurrent_gdn_replayssm_decode",
@@ -35,7 +35,7 @@ def fused_recurrent_linear_replayssm_decode(
     flush; d_cache [slots, HV, L, V] and k_cache [slots, H, L, K] in one
     dtype; out [B, 1, HV, V]."""
     del block_v, num_warps, num_stages, nk  # Triton tuning: rssm chooses its own kernels
-    B, (HV, V) = mixed_qkv.shape[0], initial_state.shape[1:3]
+    B, _, _, HV, V, _, _ = _decode_shapes(mixed_qkv, initial_state)
     fused_recurrent_gated_delta_rule_replayssm(
         mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, d_cache, k_cache, g_cache,
         _rows_out(out, B, HV, V), ssm_state_indices, write_pos, force_flush,
@@ -65,4 +65,4 @@ def fused_recurrent_kda_packed_decode(
         return _packed(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
                        use_qk_l2norm_in_kernel, "kda")
     return _packed(mixed_qkv, a, b, A_log, dt_bias, scale, initial_state, out, ssm_state_indices,
-                   use_qk_l2norm_in_kernel, "kda", gate_mode="raw_safe", gate_lower_bound=float(lower_bound))
+                   use_qk_l2norm_in_kernel, "kda", gate_mode="raw_safe", gate_lower_bound=lower_bound)

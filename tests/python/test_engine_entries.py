@@ -106,7 +106,7 @@ def test_out_of_the_wrong_shape_is_refused():
     rng = np.random.default_rng(3)
     e = Engine(rng, L=4)
     mixed_qkv, a, b = e.inputs(2)
-    with pytest.raises(ValueError, match=r"out must have shape \(2, 1, 4, 8\)"):
+    with pytest.raises(ValueError, match=r"out has shape \[2, 4, 8\], expected \[B, 1, HV, V\] = \[2, 1, 4, 8\]"):
         sgl.fused_recurrent_linear_replayssm_decode(
             mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache,
             np.zeros((2, 4, 8), np.float32), np.array([0, 1], np.int32), np.zeros(2, np.int32))
@@ -172,3 +172,79 @@ def test_padding_keyword_of_the_entry_fold_and_advance():
         rssm.fused_recurrent_gated_delta_rule_replayssm(
             mixed_qkv, a, b, e.A_log, e.dt_bias, None, e.state, e.d_cache, e.k_cache, e.g_cache, out, idx,
             np.zeros(B, np.int32), None, padding="zero")
+
+
+def _wrapper_args(e, kind):
+    """Arguments of a valid call of each wrapper, by name."""
+    mixed_qkv, a, b = e.inputs(2)
+    args = dict(mixed_qkv=mixed_qkv, a=a, b=b, A_log=e.A_log, dt_bias=e.dt_bias, scale=None, initial_state=e.state,
+                out=np.zeros((2, 1, e.HV, e.V), np.float32), ssm_state_indices=np.array([0, 1], np.int32))
+    if kind == "replayssm":
+        args.update(d_cache=e.d_cache, k_cache=e.k_cache, g_cache=e.g_cache, write_pos=np.zeros(2, np.int32))
+    if kind == "kda":
+        args.update(lower_bound=-5.0)
+    return args
+
+
+_WRAPPERS = {"replayssm": sgl.fused_recurrent_linear_replayssm_decode,
+             "packed": sgl.fused_recurrent_gated_delta_rule_packed_decode,
+             "kda": sgl.fused_recurrent_kda_packed_decode,
+             "vllm": vllm.fused_recurrent_gated_delta_rule_packed_decode}
+
+
+@pytest.mark.parametrize("kind", list(_WRAPPERS))
+@pytest.mark.parametrize("name, bad, exc, match", [
+    ("initial_state", np.zeros((6, 4, 8, 0), np.float32), ValueError,
+     r"initial_state has shape \[6, 4, 8, 0\], expected \[slots, HV, V, K\] with HV, V and K at least 1"),
+    ("initial_state", np.zeros((6, 4, 8), np.float32), ValueError,
+     r"initial_state has shape \[6, 4, 8\], expected \[slots, HV, V, K\]"),
+    ("mixed_qkv", np.zeros(96, np.float32), ValueError,
+     r"mixed_qkv has shape \[96\], expected \[B, 2\*H\*K \+ HV\*V\]"),
+    ("mixed_qkv", [[0.0] * 96] * 2, TypeError, r"mixed_qkv: expected an array .*got list"),
+    ("initial_state", [[0.0]], TypeError, r"initial_state: expected an array .*got list"),
+    ("out", [[0.0]], TypeError, r"out: expected an array .*got list"),
+    ("out", np.zeros((2, 4, 8), np.float32), ValueError, r"out has shape \[2, 4, 8\], expected \[B, 1, HV, V\]"),
+    ("mixed_qkv", np.zeros((2, 96), object), TypeError, r"mixed_qkv: element type '\|O' is not one rssm takes"),
+])
+def test_wrappers_name_what_is_wrong(kind, name, bad, exc, match):
+    """Each wrapper reads its arguments as the entry does and checks rank and
+    extent before using them: a wrong one is a ValueError or TypeError
+    naming it and the shape expected (it was ZeroDivisionError, IndexError,
+    AttributeError, an unpacking error, or an error blaming out)."""
+    e = Engine(np.random.default_rng(7), L=4)
+    f = _WRAPPERS[kind]
+    if kind == "kda":  # KDA's gate shapes
+        e = Engine(np.random.default_rng(7), gate_kind="kda", L=4)
+    with pytest.raises(exc, match=match):
+        f(**{**_wrapper_args(e, kind), name: bad})
+
+
+@pytest.mark.parametrize("kind", ["packed", "kda", "vllm"])
+def test_packed_wrappers_name_a_narrow_mixed_qkv(kind):
+    """H is what is left of mixed_qkv's width after HV*V: a width that leaves
+    no whole head is named, not a negative ring shape."""
+    e = Engine(np.random.default_rng(8), gate_kind="gdn" if kind != "kda" else "kda", L=4)
+    for width in (8, e.HV * e.V, e.HV * e.V + 3):
+        with pytest.raises(ValueError, match=rf"mixed_qkv has {width} columns, expected 2\*H\*K \+ HV\*V for some "
+                                             rf"H >= 1 \(HV=4, V=8, K=16 from initial_state\)"):
+            _WRAPPERS[kind](**{**_wrapper_args(e, kind), "mixed_qkv": np.zeros((2, width), np.float32)})
+
+
+def test_kda_lower_bound_is_named():
+    e = Engine(np.random.default_rng(9), gate_kind="kda", L=4)
+    with pytest.raises(TypeError, match=r"lower_bound = 'x': expected a number"):
+        sgl.fused_recurrent_kda_packed_decode(**{**_wrapper_args(e, "kda"), "lower_bound": "x"})
+
+
+@pytest.mark.parametrize("kind", list(_WRAPPERS))
+def test_wrappers_write_a_strided_out(kind):
+    """out [B, 1, HV, V] whose rows are apart (a slice of a larger buffer) is
+    written in place: the wrappers take a view of it, not a copy."""
+    e = Engine(np.random.default_rng(10), gate_kind="kda" if kind == "kda" else "gdn", L=4)
+    args = _wrapper_args(e, kind)
+    big = np.full((2, 2, e.HV, e.V), 7.0, np.float32)
+    out = big[:, :1]
+    assert not out.flags["C_CONTIGUOUS"]
+    got = _WRAPPERS[kind](**{**args, "out": out})
+    assert got[0] is out
+    assert np.all(big[:, 1] == 7.0) and not np.any(big[:, 0] == 7.0)

@@ -181,3 +181,117 @@ def test_precomputed_gates_ignore_gate_weights():
 def test_missing_state_is_named():
     with pytest.raises(ValueError, match="initial_state is needed"):
         call(initial_state=None)
+
+
+def test_outputs_that_share_memory_are_refused():
+    """A tensor the call writes that shares memory with another of its
+    tensors is refused by rssm before anything runs (rssm.h, docs/engines.md),
+    naming both by the entry's argument names: out as a view of the
+    checkpoint of a slot outside the batch (slot 3 is left as it was), out
+    over v in mixed_qkv, overflow inside out, a ring inside the checkpoints
+    of the fold."""
+    args = call_args()
+    state = args["initial_state"]
+    state[3] = 1.0
+    out = state[3].reshape(-1)[:2 * HV * V].reshape(2, HV, V)
+    with pytest.raises(rssm.Error, match=r"layer run: initial_state and out overlap") as e:
+        call(initial_state=state, out=out)
+    assert e.value.status_name == "invalid argument"
+    assert np.all(state[3] == 1.0)
+    qkv = args["mixed_qkv"]
+    with pytest.raises(rssm.Error, match=r"v \(mixed_qkv\) and out overlap"):
+        call(mixed_qkv=qkv, out=qkv[:, 2 * H * K:])
+    out = np.zeros((2, HV, V), np.float32)
+    with pytest.raises(rssm.Error, match=r"out and overflow overlap"):
+        call(out=out, overflow=out.reshape(-1).view(np.int32)[:2])
+    n_state, n_ring = SLOTS * HV * V * K, SLOTS * HV * L * V
+    flat = np.zeros(n_state + n_ring, np.float32)
+    ring_d = flat[n_state - (L - 1) * V:][:n_ring].reshape(SLOTS, HV, L, V)  # head 0 of slot 0 on the last state head
+    with pytest.raises(rssm.Error, match=r"layer materialise: initial_state and d_cache overlap"):
+        rssm.materialise(flat[:n_state].reshape(SLOTS, HV, V, K), ring_d, args["k_cache"], args["g_cache"],
+                         np.array([0], np.int32), np.array([1], np.int32))
+
+
+def test_one_array_as_both_rings_is_refused():
+    """With H = HV and K = V, d_cache and k_cache have one shape: the same
+    array passed as both would have k entries written over d entries."""
+    h, k = 2, 8
+    rng = np.random.default_rng(5)
+    ring = np.zeros((SLOTS, h, L, k), np.float32)
+    with pytest.raises(rssm.Error, match=r"d_cache and k_cache overlap"):
+        rssm.fused_recurrent_gated_delta_rule_replayssm(
+            rng.uniform(-1, 1, (2, 3 * h * k)).astype(np.float32), np.zeros((2, h), np.float32),
+            np.zeros((2, h), np.float32), np.zeros(h, np.float32), np.zeros(h, np.float32), None,
+            np.zeros((SLOTS, h, k, k), np.float32), ring, ring, np.zeros((SLOTS, h, L), np.float32),
+            np.zeros((2, h, k), np.float32), np.array([0, 1], np.int32), np.array([1, 1], np.int32))
+
+
+def test_a_paged_pool_is_taken():
+    """State and rings side by side in one page per slot (the layout of a
+    paged allocator) share no byte: taken, and decoded to the same bits as
+    the same pool in arrays of their own."""
+    args = call_args()
+    rng = np.random.default_rng(9)
+    parts = {n: args[n] for n in ("initial_state", "d_cache", "k_cache", "g_cache")}
+    for x in parts.values():
+        x[...] = rng.uniform(-0.5, 0.5, x.shape)
+    parts["g_cache"] -= 0.6
+    sizes = [x[0].size for x in parts.values()]
+    page = sum(sizes) + 4  # floats; a few between pages too
+    flat = np.zeros(page * SLOTS, np.float32)
+    paged, at = {}, 0
+    for (n, x), size in zip(parts.items(), sizes):
+        view = np.lib.stride_tricks.as_strided(flat[at:], x.shape, (page * 4, *x.strides[1:]))
+        view[...] = x
+        paged[n], at = view, at + size
+    write_pos = np.array([1, 0], np.int32)
+    out_apart, out_paged = np.zeros((2, HV, V), np.float32), np.zeros((2, HV, V), np.float32)
+    call(**parts, out=out_apart, write_pos=write_pos)
+    call(**paged, out=out_paged, write_pos=write_pos)
+    np.testing.assert_array_equal(out_paged, out_apart)
+    for n in parts:
+        np.testing.assert_array_equal(paged[n], parts[n])
+
+
+@pytest.mark.parametrize("field, value, message", [
+    ("slots", 2**32 + 8, r"LayerDesc.slots = 4294967304: must be in 0..4294967295 \(rssm_layer_desc's uint32\)"),
+    ("ring_len", 2**32 + 2, r"LayerDesc.ring_len = 4294967298: must be in 0..4294967295"),
+    ("head_k", -4, r"LayerDesc.head_k = -4: must be in 0..4294967295"),
+    ("max_rows", 1.5, r"LayerDesc.max_rows = 1.5: expected an integer"),
+    ("state_slot_stride", 2**64, r"LayerDesc.state_slot_stride = 18446744073709551616: must be in "
+                                 r"-9223372036854775808..9223372036854775807 \(rssm_layer_desc's int64\)"),
+    ("q_scale", 1e39, r"LayerDesc.q_scale = 1e\+39 does not fit a C float"),
+    ("gate_lower_bound", "-5", r"LayerDesc.gate_lower_bound = '-5': expected a number"),
+])
+def test_desc_numbers_that_would_wrap_are_refused(field, value, message):
+    """ctypes stores an int modulo 2**bits and a float past float32 as
+    infinity: a LayerDesc whose C description would differ is refused,
+    naming the field and its range."""
+    base = dict(num_qk_heads=1, num_v_heads=1, head_k=4, head_v=4, slots=8, max_rows=1)
+    with pytest.raises((ValueError, TypeError), match=message):
+        rssm.LayerDesc(**{**base, field: value})
+    # the flags are C ints: any truth value is 0 or 1 there, never a wrapped 0
+    c = rssm.LayerDesc(**base, replay=2**32, qk_l2norm=2**32).to_c()
+    assert (c.model.replay, c.model.qk_l2norm, c.slots) == (1, 1, 8)
+
+
+@pytest.mark.parametrize("over, exc, match", [
+    (dict(ring_len=-(2**32) + 2), ValueError, r"ring_len = -4294967294: must be in 0..4294967295"),
+    (dict(max_rows=2**32 + 1), ValueError, r"max_rows = 4294967297: must be in 0..4294967295"),
+    (dict(scale="x"), TypeError, r"scale = 'x': expected a number"),
+    (dict(gate_lower_bound=[1]), TypeError, r"gate_lower_bound = \[1\]: expected a number"),
+    (dict(ring_len="3"), TypeError, r"ring_len = '3': expected an integer"),
+    (dict(mixed_qkv=np.zeros((2, 48), object)), TypeError,
+     r"mixed_qkv: element type '\|O' is not one rssm takes \(an array of numbers, not of Python objects\)"),
+])
+def test_entry_numbers_and_element_types_are_named(over, exc, match):
+    """The entry's numbers are checked against the C fields they become (a
+    ring_len of 2 - 2**32 ran as a ring of 2), and an array of Python
+    objects is named."""
+    with pytest.raises(exc, match=match):
+        call(**over)
+    assert rssm_layer.cached_layers() == []
+
+
+def test_integral_float_counts_are_taken_as_before():
+    call(ring_len=3.0, max_rows=4.0)
