@@ -391,6 +391,10 @@ static void test_trace_rejects_mismatch(void **state)
     assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
     assert_non_null(strstr(err.message, "q.npy"));
     qs[3]++;
+    /* q as integers (int32 and float32 are the same size): the message says which dtype it found */
+    assert_int_equal(rh_npy_write(path, RH_NPY_I4, 5, qs, t.q, &err), RSSM_OK);
+    assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "q.npy: dtype <i4, expected <f4 or <f2"));
     assert_int_equal(rh_npy_write(path, RH_NPY_F4, 5, qs, t.q, &err), RSSM_OK);
 
     /* slots as floats */
@@ -400,6 +404,7 @@ static void test_trace_rejects_mismatch(void **state)
     assert_non_null(fslots);
     assert_int_equal(rh_npy_write(path, RH_NPY_F4, 2, ss, fslots, &err), RSSM_OK);
     assert_int_equal(rh_trace_load(dir, &u, &err), RSSM_ERR_FORMAT);
+    assert_non_null(strstr(err.message, "slots.npy: dtype <f4, expected an integer type"));
     free(fslots);
     /* a slot id out of range */
     t.slot_ids[0] = (int32_t)t.slots;

@@ -235,9 +235,10 @@ static rssm_status load_array(const char *dir, const char *file, uint32_t ndim, 
     }
     int is_float = a.dtype == RH_NPY_F4 || a.dtype == RH_NPY_F2;
     if (is_float == want_int) {
+        /* named before the free, which zeroes the struct (dtype 0 is <f4) */
+        const char *found = rh_npy_dtype_descr(a.dtype);
         rh_npy_free(&a);
-        return rssm_set_error(err, RSSM_ERR_FORMAT, "%s: dtype %s, expected %s", path,
-                              rh_npy_dtype_descr(a.dtype),
+        return rssm_set_error(err, RSSM_ERR_FORMAT, "%s: dtype %s, expected %s", path, found,
                               want_int ? "an integer type (<i4, <i8, <u4)" : "<f4 or <f2");
     }
     void *out = malloc(a.count * (want_int ? int_size : sizeof(float)) + 1);
