@@ -22,6 +22,10 @@
 
 #define MAX_BACKENDS 16
 #define MAX_FILTERS 16
+/* --steps at most: 16 times the longest case (long-4096). A case's trace
+ * and outputs are held in host memory whole, so a count past any machine's
+ * memory is a usage error here rather than a failed allocation later. */
+#define MAX_STEPS 65536u
 
 static void help(void)
 {
@@ -43,8 +47,8 @@ static void help(void)
            "  --case FILTER    run the cases whose name contains FILTER (repeatable)\n"
            "  --list           list the case names and exit\n"
            "  --seed N         seed of the generated traces (default 1)\n"
-           "  --steps N        steps of every case (default: about 3.5 ring cycles; 4096 for\n"
-           "                   the long-4096 cases)\n"
+           "  --steps N        steps of every case, 4..65536 (default: about 3.5 ring cycles;\n"
+           "                   4096 for the long-4096 cases)\n"
            "  --layers N       layers of the preset shapes (default 2)\n"
            "  --batch N        rows per step (default 4)\n"
            "  --quick          one layer and a quarter of the presets' heads (K = V = 128\n"
@@ -491,8 +495,9 @@ int cmd_conform(int argc, char **argv)
         } else if ((k = cli_value(cmd, argc, argv, &i, "--steps", &v)) != 0) {
             if (k < 0 || !cli_u32(cmd, "--steps", v, &opt.steps))
                 return CLI_USAGE;
-            if (opt.steps < 4) { /* 0 is the cases' own count inside, never a user's */
-                fprintf(stderr, "rssm conform: --steps must be >= 4\n");
+            /* 0 is the cases' own count inside, never a user's */
+            if (opt.steps < 4 || opt.steps > MAX_STEPS) {
+                fprintf(stderr, "rssm conform: --steps %u: must be in 4..%u\n", opt.steps, MAX_STEPS);
                 return CLI_USAGE;
             }
         } else if ((k = cli_value(cmd, argc, argv, &i, "--layers", &v)) != 0) {
