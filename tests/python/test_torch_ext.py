@@ -37,11 +37,14 @@ def in_subprocess(code: str, env: dict, **kw) -> subprocess.Popen:
 # An op through the extension in a process that has no build of it: the
 # CPU kernel registered (not the Python implementation), its plan kept and
 # taken by the second call.
-FIRST_USE = "\n".join([
+# A child process's first lines: this folder's helpers, torch before rssm.
+CHILD = [
     "import sys; sys.path.insert(0, %r)" % str(Path(__file__).parent),
     "import numpy as np, torch, rssm",
-    "from rssm import torch_ext",
     "from test_torch_ext import one_call_args, Engine",
+]
+FIRST_USE = "\n".join(CHILD + [
+    "from rssm import torch_ext",
     "assert torch._C._dispatch_has_kernel_for_dispatch_key('rssm::replayssm_decode', 'CPU')",
     "e = Engine(np.random.default_rng(0))",
     "for _ in range(2):",
@@ -318,10 +321,7 @@ def test_fallback_says_so(tmp_path: Path):
 
 
 def test_fallback_runs_the_python_implementation(tmp_path: Path):
-    code = "\n".join([
-        "import sys; sys.path.insert(0, %r)" % str(Path(__file__).parent),
-        "import numpy as np, torch, rssm",
-        "from test_torch_ext import one_call_args, Engine",
+    code = "\n".join(CHILD + [
         "assert not torch._C._dispatch_has_kernel_for_dispatch_key('rssm::replayssm_decode', 'CPU')",
         "e = Engine(np.random.default_rng(0))",
         "rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))",
