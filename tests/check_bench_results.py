@@ -43,6 +43,8 @@ def main(prefix, index_py):
                 assert f"| {r['gate']} | {r['state_dtype']} | {r['ring_len']} | {r['batch']} | {j['backend']}" in page, page
                 assert f"{r['replay_layer_us']:.2f}" in page, page
         assert "conformance did not run" in page
+        assert f"{j['state_mib']} MiB of state per step" in page, page
+        assert ("does not exceed the" in page) == j["state_within_llc"], page
     finally:
         shutil.rmtree(d)
     print("ok:", len(rows), "rows")

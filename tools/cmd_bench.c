@@ -5,6 +5,7 @@
 
 #include "cli.h"
 
+#include "bench_size.h"
 #include "conform.h"
 #include "rng.h"
 #include "traffic.h"
@@ -57,7 +58,11 @@ static void help(void)
            "                     position, or spread by the RSSM_FLUSH_STAGGERED policy\n"
            "  --cycles N         timed runs of each program; the median is reported (default 3)\n"
            "  --state-mib N      minimum state touched per step, MiB (default: cpu 4x the\n"
-           "                     last-level cache, at least 64; a GPU 256; llvmpipe 64)\n"
+           "                     last-level cache, at least 64, in --quick no more than its\n"
+           "                     time budget allows; a GPU 256; llvmpipe 64)\n"
+           "  --llc-mib N        the cpu's last-level cache to size the state for, MiB,\n"
+           "                     instead of what the machine reports (a VM may report its\n"
+           "                     host's)\n"
            "  --seed N           seed of the random inputs (default 1)\n"
            "  --sm-limit N       plan the kernels and the in-place bound for N multiprocessors\n"
            "                     (rssm_backend_limit_sms; GPU backends that have it), e.g. 78\n"
@@ -67,8 +72,10 @@ static void help(void)
            "                     off unless given (--quick included)\n"
            "  --accept PCT-LIST  with --verify: draft tokens accepted per window, percent\n"
            "                     of T rounded to the nearest token (0..100, default 100,50)\n"
-           "  --quick            a short run: batch 1,16; L 16; fp32 state; 3 cycles\n"
-           "                     (llvmpipe: 1 cycle, 32 MiB)\n"
+           "  --quick            a short run: batch 1,16; L 16; fp32 state; 3 cycles; on\n"
+           "                     the cpu no more state than its steps move in about 90 s\n"
+           "                     at the copy bandwidth measured first (llvmpipe: 1 cycle,\n"
+           "                     32 MiB)\n"
            "  --out PREFIX       also write PREFIX.csv and PREFIX.json (and, with --verify,\n"
            "                     PREFIX-verify.csv)\n"
            "\n"
@@ -97,6 +104,7 @@ typedef struct bench_opts {
     size_t npos;
     uint32_t cycles;
     uint32_t state_mib; /* 0: per backend */
+    uint32_t llc_mib;   /* --llc-mib; 0: what the machine reports */
     uint64_t seed;
     uint32_t sm_limit;  /* 0: the device's */
     uint32_t drafts[MAX_LIST], accept_pct[MAX_LIST]; /* --verify, --accept */
@@ -278,6 +286,83 @@ static size_t llc_bytes(void)
     }
 #endif
     return best;
+}
+
+/* The machine's memory in bytes, 0 unknown. */
+static size_t phys_bytes(void)
+{
+#if defined(_SC_PHYS_PAGES) && defined(_SC_PAGESIZE)
+    const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    if (pages > 0 && page > 0)
+        return (size_t)pages * (size_t)page;
+#endif
+    return 0;
+}
+
+static rssm_status copy_bandwidth(rssm_backend *b, uint32_t mib, double *bps, rssm_error *err)
+{
+    return rssm_backend_copy_bandwidth(b, (size_t)mib << 20, bps, err);
+}
+
+/* --state-mib when not given, and the copy bandwidth over buffers of that
+ * size: on the cpu backend by the cache (bench_size.h), which `size`
+ * describes, in --quick within its time budget (the copy bandwidth over
+ * the size wanted, up to 1 GiB, past any core's cache, as a probe; then
+ * the size the budget allows at it, measured again there if smaller); on
+ * a GPU 256 MiB; llvmpipe 64, in --quick 32. */
+static rssm_status pick_state_mib(rssm_backend *b, bench_opts *o, int quick, int cpu, int llvmpipe,
+                                  rh_state_size *size, double *copy_bps, rssm_error *err)
+{
+    rssm_status st;
+    *copy_bps = NAN;
+    if (cpu) {
+        const size_t llc = o->llc_mib ? (size_t)o->llc_mib << 20 : llc_bytes();
+        *size = rh_bench_state_size(llc, phys_bytes(), NAN, 0.0, 0.0);
+        if (o->state_mib) { /* given: only whether it exceeds the cache */
+            size->mib = o->state_mib;
+            size->bound = RH_STATE_WANTED;
+            size->within_llc = size->llc_mib > 0 && o->state_mib <= size->llc_mib;
+        } else if (quick) {
+            const uint32_t probe = size->mib < 1024u ? size->mib : 1024u;
+            if ((st = copy_bandwidth(b, probe, copy_bps, err)) != RSSM_OK)
+                return st;
+            const double steps = rh_bench_timed_steps(o->ngate * o->nstate * o->nbatch, o->cycles, o->ring_len,
+                                                      o->nring, o->positions, o->npos);
+            *size = rh_bench_state_size(llc, phys_bytes(), *copy_bps, steps, RH_BENCH_QUICK_BUDGET_S);
+            if (size->mib != probe && (st = copy_bandwidth(b, size->mib, copy_bps, err)) != RSSM_OK)
+                return st;
+        }
+        o->state_mib = size->mib;
+    } else if (!o->state_mib) {
+        o->state_mib = llvmpipe ? (quick ? 32 : 64) : 256;
+    }
+    return isnan(*copy_bps) ? copy_bandwidth(b, o->state_mib, copy_bps, err) : RSSM_OK;
+}
+
+/* The cpu backend's state size, and why: the table's reader must know when
+ * the state could not exceed the cache, as its figures may then be the
+ * cache's. */
+static void print_state_size(const rh_state_size *s)
+{
+    if (s->llc_mib)
+        printf("last-level cache %u MiB as reported; ", s->llc_mib);
+    else
+        printf("no last-level cache reported; ");
+    switch (s->bound) {
+    case RH_STATE_BUDGET:
+        printf("state %u MiB per step, not the %u MiB wanted (4x the cache): the quick run's budget of "
+               "about %.0f s at this copy bandwidth\n", s->mib, s->wanted_mib, RH_BENCH_QUICK_BUDGET_S);
+        break;
+    case RH_STATE_MEMORY:
+        printf("state %u MiB per step, not the %u MiB wanted (4x the cache): a quarter of this machine's "
+               "memory\n", s->mib, s->wanted_mib);
+        break;
+    default:
+        printf("state %u MiB per step\n", s->mib);
+    }
+    if (s->within_llc)
+        printf("NOTE: the state does not exceed the last-level cache (%u of %u MiB): it may be served from the "
+               "cache, and the figures below may be above what memory allows\n", s->mib, s->llc_mib);
 }
 
 /* Raw gate modes: every layer's A_log and dt_bias, random in the ranges
@@ -809,7 +894,8 @@ static void json_verify_rows(FILE *f, const verify_row *rows, size_t n)
 }
 
 static int write_outputs(const char *prefix, const result_row *rows, size_t n, const verify_row *vrows, size_t nv,
-                         const char *backend, const char *device, const bench_opts *o, double copy_bps)
+                         const char *backend, const char *device, const bench_opts *o, double copy_bps,
+                         const rh_state_size *size, double elapsed_s)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s.csv", prefix);
@@ -847,8 +933,17 @@ static int write_outputs(const char *prefix, const result_row *rows, size_t n, c
     json_str(f, "ring_dtype", rssm_dtype_name(o->ring_dtype), 1);
     json_str(f, "io_dtype", rssm_dtype_name(o->io_dtype), 1);
     json_str(f, "gate_mode", rssm_gate_mode_name(o->gate_mode), 1);
-    fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu, \"sm_limit\": %u,\n \"rows\": [\n", o->cycles,
-            o->state_mib, (unsigned long long)o->seed, o->sm_limit);
+    fprintf(f, "\"cycles\": %u, \"state_mib\": %u, \"seed\": %llu, \"sm_limit\": %u,\n ", o->cycles, o->state_mib,
+            (unsigned long long)o->seed, o->sm_limit);
+    /* The cpu backend's state size and why (bench_size.h); null elsewhere. */
+    static const char *const bounds[] = {"", "time budget", "memory"};
+    json_num(f, "llc_mib", size ? (double)size->llc_mib : NAN, 1);
+    json_num(f, "state_wanted_mib", size ? (double)size->wanted_mib : NAN, 1);
+    json_str(f, "state_bound", size ? bounds[size->bound] : "", 1);
+    fprintf(f, "\"state_within_llc\": %s, ", size && size->within_llc ? "true" : "false");
+    json_num(f, "estimated_s", size && size->estimated_s > 0 ? size->estimated_s : NAN, 1);
+    json_num(f, "elapsed_s", elapsed_s, 0);
+    fprintf(f, ",\n \"rows\": [\n");
     for (size_t i = 0; i < n; i++) {
         const result_row *r = &rows[i];
         double pus = us_per_step(&r->packed), rus = us_per_step(&r->replay);
@@ -984,6 +1079,13 @@ int cmd_bench(int argc, char **argv)
                 fprintf(stderr, "rssm bench: --state-mib must be in 1..65536\n");
                 return CLI_USAGE;
             }
+        } else if ((k = cli_value(cmd, argc, argv, &i, "--llc-mib", &v)) != 0) {
+            if (k < 0 || !cli_u32(cmd, "--llc-mib", v, &o.llc_mib))
+                return CLI_USAGE;
+            if (o.llc_mib == 0 || o.llc_mib > 65536) {
+                fprintf(stderr, "rssm bench: --llc-mib must be in 1..65536\n");
+                return CLI_USAGE;
+            }
         } else if ((k = cli_value(cmd, argc, argv, &i, "--seed", &v)) != 0) {
             if (k < 0 || !cli_u64(cmd, "--seed", v, &o.seed))
                 return CLI_USAGE;
@@ -1049,10 +1151,13 @@ int cmd_bench(int argc, char **argv)
         return st == RSSM_ERR_UNSUPPORTED ? CLI_USAGE : 1;
     }
     /* The default state size must beat the last-level cache: for the cpu
-     * backend four times the one this machine reports, at least 64 MiB; on
-     * a GPU 256 MiB (an H200's L2 alone is 60 MB); both in --quick too, with
-     * three timed cycles. Mesa's llvmpipe Vulkan driver runs on the CPU as
-     * a functional stand-in for a GPU, not as something to measure
+     * backend four times the one this machine reports, at least 64 MiB,
+     * and in --quick no more than its steps move within a time budget
+     * (bench_size.h: a machine that reports a 480 MiB cache had the quick
+     * run take 335 s at 1920 MiB, most of tools/run's ten minutes;
+     * docs/bench.md); on a GPU 256 MiB (an H200's L2 alone is 60 MB),
+     * with three timed cycles. Mesa's llvmpipe Vulkan driver runs on the
+     * CPU as a functional stand-in for a GPU, not as something to measure
      * (docs/bench.md): 64 MiB, and in --quick 32 MiB and one cycle, as its
      * runs are slow and its buffers bind at most 128 MiB (one slot of a
      * deeper model would not fit). */
@@ -1060,19 +1165,24 @@ int cmd_bench(int argc, char **argv)
     const int llvmpipe = strstr(rssm_backend_device(b), "llvmpipe") != NULL;
     if (quick && !set_cycles)
         o.cycles = llvmpipe ? 1 : 3;
-    if (!o.state_mib) {
-        const size_t llc_mib = (llc_bytes() + 1048575) / 1048576;
-        o.state_mib = cpu ? (4 * llc_mib > 64 ? (uint32_t)(4 * llc_mib) : 64) : llvmpipe ? (quick ? 32 : 64) : 256;
+    if (o.llc_mib && !cpu) {
+        fprintf(stderr, "rssm bench: --llc-mib sizes the cpu backend's state; %s sizes its own\n", bname);
+        rssm_backend_destroy(&b);
+        return CLI_USAGE;
     }
-    const double target = (double)o.state_mib * 1048576.0;
+    const double t_start = rssm_now_seconds();
+    rh_state_size size = {0};
     double copy_bps = NAN;
-    if ((st = rssm_backend_copy_bandwidth(b, (size_t)target, &copy_bps, &err)) != RSSM_OK) {
+    if ((st = pick_state_mib(b, &o, quick, cpu, llvmpipe, &size, &copy_bps, &err)) != RSSM_OK) {
         fprintf(stderr, "rssm bench: copy bandwidth: %s\n", err.message);
         rssm_backend_destroy(&b);
         return 1;
     }
+    const double target = (double)o.state_mib * 1048576.0;
     printf("backend %s (%s)\ncopy bandwidth %.2f GB/s over %u MiB buffers (read + write)\n", bname,
            rssm_backend_device(b), copy_bps / 1e9, o.state_mib);
+    if (cpu)
+        print_state_size(&size);
     if (o.sm_limit)
         printf("kernels and in-place bound planned for at most %u multiprocessors (--sm-limit)\n", o.sm_limit);
     printf("ring %s, io %s, gates %s, median of %u timed run(s) per program, >= %u MiB of state per step\n"
@@ -1219,9 +1329,14 @@ int cmd_bench(int argc, char **argv)
             }
         }
     }
+    const double elapsed = rssm_now_seconds() - t_start;
+    if (cpu && size.estimated_s > 0)
+        printf("\nthe run took %.0f s; its state was sized for about %.0f s of timed steps\n", elapsed,
+               size.estimated_s);
     int ok = 1;
     if (out && rows && (vrows || !vcap))
-        ok = write_outputs(out, rows, nrows, vrows, nv, bname, rssm_backend_device(b), &o, copy_bps);
+        ok = write_outputs(out, rows, nrows, vrows, nv, bname, rssm_backend_device(b), &o, copy_bps,
+                           cpu ? &size : NULL, elapsed);
     const int oom = !rows || (vcap && !vrows);
     if (oom)
         fprintf(stderr, "rssm bench: out of memory\n");

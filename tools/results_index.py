@@ -23,6 +23,19 @@ def conform_summary(path):
     return tally, [ln for ln in lines if " FAIL " in ln]
 
 
+def state_line(run):
+    """The state a run touched per step and, on the cpu backend, why that
+    size (rssm bench: four times the last-level cache, bounded in --quick by
+    a time budget) and whether it could exceed the cache at all."""
+    line = f"{run['state_mib']} MiB of state per step"
+    if run.get("state_bound"):
+        line += f" (not the {run['state_wanted_mib']} MiB wanted, 4x the cache: bounded by {run['state_bound']})"
+    if run.get("state_within_llc"):
+        line += (f"; **the state does not exceed the {run['llc_mib']} MiB last-level cache reported, so these "
+                 "figures may be the cache's, not memory's**")
+    return line
+
+
 def main(argv):
     if len(argv) != 2:
         print(__doc__.strip(), file=sys.stderr)
@@ -45,7 +58,8 @@ def main(argv):
     if not runs:
         out += ["No benchmark ran.", ""]
     else:
-        out += [f"- {r['backend']} on {r['device']}: copy bandwidth {r['copy_gbs']:.1f} GB/s" for r in runs] + [""]
+        out += [f"- {r['backend']} on {r['device']}: copy bandwidth {r['copy_gbs']:.1f} GB/s; {state_line(r)}"
+                for r in runs] + [""]
         shapes = {}
         flagged = []
         for run in runs:

@@ -66,10 +66,11 @@ def register_torch_ops() -> bool:
 
 def torch_extension_status() -> str:
     """Whether the torch op rssm::replayssm_decode runs the compiled
-    extension's C++ kernels (rssm.torch_ext: "loaded: ...") or its Python
-    implementation, and why ("not built for torch ...: build it with
-    `python -m rssm.torch_ext build`", "off ...", "build failed ...").
-    Registers the torch ops (importing torch) if that was not done yet."""
+    extension's C++ kernels (rssm.torch_ext: "loaded: ...", built on first
+    use where a C++ compiler is found) or its Python implementation, and why
+    ("not built for torch ..., and no C++ compiler was found ...", "off
+    ...", "build failed ..."). Registers the torch ops (importing torch,
+    and building the extension the first time) if that was not done yet."""
     if not register_torch_ops():
         return "unavailable: this torch has no torch.library.register_fake (torch < 2.4)"
     from . import torch_ext

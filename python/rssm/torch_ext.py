@@ -4,27 +4,28 @@ torch's dispatcher to rssm_layer_run with no Python on the way
 (docs/python.md, "The compiled torch extension").
 
 A torch extension is tied to the torch it was compiled against (its C++
-ABI), so it is not in the wheel: it is built on the user's machine,
-against the torch installed there, by `python -m rssm.torch_ext build`
-(a C++ compiler and torch's headers), into a folder named
-by what it depends on (torch's version and build, the source, rssm.h), and
-loaded from there when rssm registers its torch ops. Without it the ops run
-their Python implementations (ctypes), which do the same, slower;
-rssm.torch_extension_status() says which. RSSM_TORCH_EXT=off never loads
-it; RSSM_TORCH_EXT=build builds it, when absent, on registration.
+ABI), so it is not in the wheel: the first time rssm registers its torch
+ops under a torch it has no build for, it builds it there, against that
+torch (a C++ compiler and torch's headers; about 10 s, one line on stderr
+while it does, one process at a time: rssm._ext_build), into a folder
+named by what it depends on (torch's version and build, the source,
+rssm.h), and loads it from there then and after. `python -m rssm.torch_ext
+build` does the same ahead of time (a container image's build step).
+Only where no compiler is found, a build fails, or RSSM_TORCH_EXT=off, the
+ops run their Python implementations (ctypes), which do the same, slower;
+rssm.torch_extension_status() says which, and why.
 """
 
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
 import sys
 from pathlib import Path
 
 import torch
 
-from . import _lib, _prepared
+from . import _ext_build, _lib, _prepared
 
 NAME = "rssm_torch_ext"
 _HERE = Path(__file__).resolve().parent
@@ -61,19 +62,32 @@ def build_dir() -> Path:
     """Where the extension for this torch and these sources lives:
     $RSSM_TORCH_EXT_DIR, else ~/.cache/rssm/torch_ext (XDG_CACHE_HOME), in a
     folder per torch build and source."""
-    h = hashlib.sha256()
-    for part in (torch.__version__, torch.version.git_version, str(torch.version.cuda), str(_with_cuda())):
-        h.update(part.encode() + b"\0")
     header = _header_dir()
-    for f in (SOURCE, header / "rssm.h" if header else None):
-        h.update(f.read_bytes() if f else b"")
+    key = _ext_build.cache_key((torch.__version__, torch.version.git_version, str(torch.version.cuda), str(_with_cuda())),
+                               (SOURCE, header / "rssm.h" if header else None))
     root = os.environ.get("RSSM_TORCH_EXT_DIR") or Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") \
         / "rssm" / "torch_ext"
-    return Path(root) / f"torch-{torch.__version__}-{h.hexdigest()[:12]}"
+    return Path(root) / f"torch-{torch.__version__}-{key}"
 
 
 def library_file() -> Path:
     return build_dir() / f"{NAME}.so"
+
+
+def _cpp_extension():
+    """torch.utils.cpp_extension, imported without the warning a torch with
+    CUDA logs where no CUDA runtime is found (a machine without a GPU):
+    a first-use build says one line."""
+    import logging
+
+    log = logging.getLogger("torch.utils.cpp_extension")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        from torch.utils import cpp_extension
+    finally:
+        log.setLevel(level)
+    return cpp_extension
 
 
 def _cxx_std() -> str:
@@ -82,76 +96,85 @@ def _cxx_std() -> str:
     (whose headers use <compare>, concepts and std::bit_width)."""
     import inspect
 
-    from torch.utils import cpp_extension
-
-    return "c++20" if "-std=c++20" in inspect.getsource(cpp_extension) else "c++17"
+    return "c++20" if "-std=c++20" in inspect.getsource(_cpp_extension()) else "c++17"
 
 
-def build(verbose: bool = False) -> Path:
-    """Compiles the extension against this torch (about 10 s on two cores)
-    with $CXX (default c++), one command for one source, so no ninja is
-    needed; returns the library's path. Raises where it cannot (no
-    compiler, no CUDA headers for a torch with CUDA)."""
+def _compile(cxx: list, out: Path, verbose: bool) -> None:
+    """One compiler command for the one source, so no ninja is needed; its
+    output is kept unless it fails (then its last lines are the error), so
+    that a build says one line."""
     import subprocess
-    import tempfile
 
-    from torch.utils import cpp_extension
-
+    cpp_extension = _cpp_extension()
     header = _header_dir()
     if header is None:
-        raise RuntimeError(f"rssm: rssm.h is neither in {_HERE / 'include'} nor in the repository's include/")
+        raise RuntimeError(f"rssm.h is neither in {_HERE / 'include'} nor in the repository's include/")
+    includes = cpp_extension.include_paths()
+    if not any((Path(d) / "torch" / "extension.h").is_file() for d in includes):
+        raise RuntimeError(f"torch's C++ headers (torch/extension.h) are not in {includes}")
     flags = ["-O2", f"-std={_cxx_std()}", "-fPIC", "-shared", f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
-             f"-I{header}"] + [f"-I{d}" for d in cpp_extension.include_paths()]
+             f"-I{header}"] + [f"-I{d}" for d in includes]
     libs = ["-lc10", "-ltorch_cpu", "-ltorch"]
     if _with_cuda():
         # Only torch's current-stream call needs CUDA, through its headers
         # (cudaStream_t): nothing is compiled by nvcc.
         inc = _cuda_include()
         if inc is None:
-            raise RuntimeError(f"rssm: torch has CUDA {torch.version.cuda}, but no cuda_runtime_api.h was found "
+            raise RuntimeError(f"torch has CUDA {torch.version.cuda}, but no cuda_runtime_api.h was found "
                                "(set CUDA_HOME to the CUDA toolkit)")
         flags += ["-DRSSM_TORCH_CUDA", f"-I{inc}"]
         libs += ["-lc10_cuda"]
-    out = build_dir()
-    out.mkdir(parents=True, exist_ok=True)
-    target = out / f"{NAME}.so"
-    with tempfile.NamedTemporaryFile(dir=out, suffix=".so", delete=False) as tmp:
-        pass
-    cmd = [os.environ.get("CXX", "c++"), *flags, str(SOURCE), "-o", tmp.name,
-           f"-L{Path(torch.__file__).parent / 'lib'}", *libs]
+    cmd = [*cxx, *flags, str(SOURCE), "-o", str(out), f"-L{Path(torch.__file__).parent / 'lib'}", *libs]
     if verbose:
         print(" ".join(cmd), flush=True)
-    try:
-        subprocess.run(cmd, check=True)
-        os.replace(tmp.name, target)  # whole or not at all, for processes that load it meanwhile
-    finally:
-        if os.path.exists(tmp.name):
-            os.unlink(tmp.name)
-    return target
+    done = subprocess.run(cmd, capture_output=not verbose, text=True)
+    if done.returncode != 0:
+        tail = " | ".join((done.stderr or "").strip().splitlines()[-3:])
+        raise RuntimeError(f"{cxx[0]} exited with {done.returncode}" + (f": {tail}" if tail else ""))
+
+
+def build(verbose: bool = False, force: bool = False) -> Path:
+    """Compiles the extension against this torch (about 10 s on two cores)
+    with $CXX (default c++) into its cache folder, unless it is there
+    (`force`: again), one process at a time (rssm._ext_build.build_once);
+    returns the library's path. Raises where it cannot (no compiler,
+    no torch headers, no CUDA headers for a torch with CUDA, a compiler
+    error)."""
+    cxx = _ext_build.compiler()
+    if cxx is None:
+        raise RuntimeError(f"no C++ compiler found ({os.environ.get('CXX') or 'c++'}; set CXX)")
+    target = library_file()
+    line = (f"rssm: building the torch extension for torch {torch.__version__} (once per torch build, "
+            f"about 10 s): {target}")
+    return _ext_build.build_once(target, lambda out: _compile(cxx, out, verbose), line, force=force)
 
 
 def load() -> bool:
-    """Loads the extension (building it first under RSSM_TORCH_EXT=build)
-    and binds it to the librssm the package loaded; True when its kernels
-    are registered. Sets `status`."""
+    """Loads the extension, building it first where it is absent and a
+    compiler is found, and binds it to the librssm the package loaded; True
+    when its kernels are registered. Sets `status`."""
     global status, loaded
     mode = os.environ.get("RSSM_TORCH_EXT", "auto").lower()
-    if mode not in ("auto", "build", "off"):
-        status = f"off (RSSM_TORCH_EXT={mode!r}: expected auto, build or off)"
-        return False
-    if mode == "off":
-        status = "off (RSSM_TORCH_EXT=off): the torch ops run their Python implementations (ctypes)"
-        return False
     path = library_file()
-    if not path.is_file():
-        if mode != "build":
-            status = (f"not built for torch {torch.__version__}: the torch ops run their Python implementations "
-                      "(ctypes); build it with `python -m rssm.torch_ext build`")
-            return False
+    what = _ext_build.decide(mode, path.is_file(), _ext_build.compiler() is not None)
+    python_path = "the torch ops run their Python implementations (ctypes)"
+    if what == "bad-mode":
+        status = f"off (RSSM_TORCH_EXT={mode!r}: expected auto, build or off): {python_path}"
+        return False
+    if what == "off":
+        status = f"off (RSSM_TORCH_EXT=off): {python_path}"
+        return False
+    if what == "no-compiler":
+        status = (f"not built for torch {torch.__version__}, and no C++ compiler was found to build it "
+                  f"({os.environ.get('CXX') or 'c++'}): {python_path}; install one (or set CXX), or build it "
+                  "with `python -m rssm.torch_ext build` where one is, against the same torch")
+        return False
+    if what == "build":
         try:
             path = build()
-        except Exception as e:  # noqa: BLE001 (any failure of the compiler: the Python path still works)
-            status = f"build failed ({type(e).__name__}: {e}): the torch ops run their Python implementations"
+        except Exception as e:  # noqa: BLE001 (any failure of the build: the Python path still works)
+            status = f"build failed ({type(e).__name__}: {e}): {python_path}"
+            _ext_build.say(f"rssm: the torch extension's {status}")
             return False
     lib_path = str(_lib.library_path())
     _lib.lib()  # loaded first: the extension binds to this very library
@@ -177,7 +200,8 @@ def counts() -> dict:
 
 def main(argv=None) -> int:
     """python -m rssm.torch_ext [build|status]: builds the extension for
-    this torch (when absent; --force: again), then says what rssm loads."""
+    this torch (when absent; --force: again), as rssm does on first use,
+    then says what rssm loads."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m rssm.torch_ext", description=main.__doc__)
@@ -185,9 +209,8 @@ def main(argv=None) -> int:
     ap.add_argument("--force", action="store_true", help="build even where a build exists")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args(argv)
-    if args.command == "build" and (args.force or not library_file().is_file()):
-        print(f"building {library_file()} against torch {torch.__version__}", flush=True)
-        build(verbose=args.verbose)
+    if args.command == "build":
+        build(verbose=args.verbose, force=args.force)
     import rssm
     print(rssm.torch_extension_status())
     return 0

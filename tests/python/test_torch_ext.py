@@ -4,9 +4,12 @@ the Python path (ctypes) bit for bit, the errors they
 raise (the Python path's), the plans they keep per stream and forget with
 rssm.clear_cache(), and the fallback when the extension is absent or off.
 
-The extension is built by `python -m rssm.torch_ext build` (tools: a C++
-compiler and ninja, against the torch installed); the tests that need it
-skip, saying why, where it is not loaded. Skipped without torch."""
+rssm builds the extension the first time it registers its torch ops under
+a torch it has no build for (a C++ compiler and torch's headers; this
+module's first test runs that build in a process of its own, from an empty
+cache, and an op through it, with no build command first); the tests that
+need it skip, saying why, where it is not loaded (no compiler). Skipped
+without torch."""
 
 import os
 import subprocess
@@ -19,10 +22,58 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import rssm  # noqa: E402
+from rssm import _ext_build  # noqa: E402
 from rssm import layer as rssm_layer  # noqa: E402
 from rssm import replayssm  # noqa: E402
 from test_decode import Engine  # noqa: E402
 from test_torch import as_torch, needs_cuda  # noqa: E402
+
+def in_subprocess(code: str, env: dict, **kw) -> subprocess.Popen:
+    full = dict(os.environ, **env, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.Popen([sys.executable, "-c", code], env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **kw)
+
+
+# An op through the extension in a process that has no build of it: the
+# CPU kernel registered (not the Python implementation), its plan kept and
+# taken by the second call.
+# A child process's first lines: this folder's helpers, torch before rssm.
+CHILD = [
+    "import sys; sys.path.insert(0, %r)" % str(Path(__file__).parent),
+    "import numpy as np, torch, rssm",
+    "from test_torch_ext import one_call_args, Engine",
+]
+FIRST_USE = "\n".join(CHILD + [
+    "from rssm import torch_ext",
+    "assert torch._C._dispatch_has_kernel_for_dispatch_key('rssm::replayssm_decode', 'CPU')",
+    "e = Engine(np.random.default_rng(0))",
+    "for _ in range(2):",
+    "    rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))",
+    "assert torch_ext.counts()['hits'] == 1, torch_ext.counts()",
+    "print(rssm.torch_extension_status())",
+])
+
+
+@pytest.mark.skipif(_ext_build.compiler() is None, reason="no C++ compiler ($CXX, else c++) to build the extension")
+def test_first_use_builds_and_loads(tmp_path: Path):
+    """The extension without a build command: the first process under this
+    torch builds it (one line on stderr, nothing else) and runs the op
+    through it; the next loads that build and says nothing. Two processes
+    that start together on an empty cache build it once."""
+    env = {"RSSM_TORCH_EXT": "auto", "RSSM_TORCH_EXT_DIR": str(tmp_path / "first")}
+    out, err = in_subprocess(FIRST_USE, env).communicate(timeout=300)
+    assert out.startswith("loaded: " + str(tmp_path / "first")), (out, err)
+    assert len(err.splitlines()) == 1 and err.startswith("rssm: building the torch extension for torch "), err
+    out, err = in_subprocess(FIRST_USE, env).communicate(timeout=300)
+    assert out.startswith("loaded: ") and err == "", (out, err)
+    env["RSSM_TORCH_EXT_DIR"] = str(tmp_path / "together")
+    procs = [in_subprocess(FIRST_USE, env) for _ in range(2)]
+    done = [p.communicate(timeout=300) for p in procs]
+    assert all(o.startswith("loaded: ") for o, _ in done), done
+    said = [ln for _, e in done for ln in e.splitlines()]
+    assert sum(ln.startswith("rssm: building the torch extension") for ln in said) == 1, said
+    assert all(len(e.splitlines()) <= 1 for _, e in done), done
+
 
 STATUS = rssm.torch_extension_status()
 LOADED = STATUS.startswith("loaded")
@@ -256,19 +307,21 @@ def status_in_subprocess(env: dict) -> str:
                           text=True).stdout.strip()
 
 
+NO_COMPILER = {"CXX": "/nonexistent/c++"}
+
+
 def test_fallback_says_so(tmp_path: Path):
-    """Off, or not built: the ops run their Python implementations, and the
-    status says why and how to build."""
+    """Off, or not built and no compiler to build it: the ops run their
+    Python implementations, and the status says why and how to build."""
     assert status_in_subprocess({"RSSM_TORCH_EXT": "off"}).startswith("off (RSSM_TORCH_EXT=off)")
-    s = status_in_subprocess({"RSSM_TORCH_EXT": "auto", "RSSM_TORCH_EXT_DIR": str(tmp_path)})
-    assert s.startswith("not built for torch") and "python -m rssm.torch_ext build" in s
+    s = status_in_subprocess({"RSSM_TORCH_EXT": "auto", "RSSM_TORCH_EXT_DIR": str(tmp_path), **NO_COMPILER})
+    assert s.startswith("not built for torch") and "no C++ compiler" in s and "/nonexistent/c++" in s, s
+    assert "python -m rssm.torch_ext build" in s
+    assert not any(tmp_path.iterdir()), "nothing built"
 
 
 def test_fallback_runs_the_python_implementation(tmp_path: Path):
-    code = "\n".join([
-        "import sys; sys.path.insert(0, %r)" % str(Path(__file__).parent),
-        "import numpy as np, torch, rssm",
-        "from test_torch_ext import one_call_args, Engine",
+    code = "\n".join(CHILD + [
         "assert not torch._C._dispatch_has_kernel_for_dispatch_key('rssm::replayssm_decode', 'CPU')",
         "e = Engine(np.random.default_rng(0))",
         "rssm.fused_recurrent_gated_delta_rule_replayssm(**one_call_args(e))",
@@ -277,7 +330,8 @@ def test_fallback_runs_the_python_implementation(tmp_path: Path):
         " a['initial_state'], a['d_cache'], a['k_cache'], a['g_cache'], a['out'], a['ssm_state_indices'],"
         " a['write_pos'], None, None, 0.0, 'gdn', 'raw', 0.0, True, 0, 0, '', 'out_of_range')",
     ])
-    env = dict(os.environ, RSSM_TORCH_EXT="auto", RSSM_TORCH_EXT_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path))
+    env = dict(os.environ, RSSM_TORCH_EXT="auto", RSSM_TORCH_EXT_DIR=str(tmp_path), PYTHONPATH=os.pathsep.join(sys.path),
+               **NO_COMPILER)
     subprocess.run([sys.executable, "-c", code], env=env, check=True)
 
 
