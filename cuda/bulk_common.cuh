@@ -206,9 +206,11 @@ struct Schedule {
     }
 };
 
-template <int ST, bool RING, int NS = kStages, typename Args>
+/* Streams the CTA's units through `ns` stages (at most the kernel's
+ * barriers: a plan may use fewer than its shared memory holds). */
+template <int ST, bool RING, typename Args>
 __device__ __forceinline__ void produce(const Args &a, uint8_t *stages, StageMeta *meta, uint64_t *full,
-                                        uint64_t *empty, Schedule &sch)
+                                        uint64_t *empty, Schedule &sch, uint32_t ns)
 {
     using Gm = Geometry<ST>;
     const rssm_kernel_params &p = a.p;
@@ -235,9 +237,9 @@ __device__ __forceinline__ void produce(const Args &a, uint8_t *stages, StageMet
         const uint32_t hv = u % HV;
         const uint8_t *C = at_slot(a.b.io.ckpt, a.b.io.ckpt_slot, a.b.io.ckpt_head, st.slot, hv);
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
-            const uint32_t s = it % NS;
-            if (it >= (uint32_t)NS)
-                bar_wait(&empty[s], ((it / NS) & 1u) ^ 1u);
+            const uint32_t s = it % ns;
+            if (it >= ns)
+                bar_wait(&empty[s], ((it / ns) & 1u) ^ 1u);
             meta[s] = StageMeta{st.slot, RING ? st.n : 0u, row_meta_flag(st), u};
             bar_arrive_tx(&full[s], tile_bytes);
             bulk_load(stages + (size_t)s * kStageBytes, C + (size_t)c * tile_bytes, tile_bytes, &full[s], policy);

@@ -45,8 +45,10 @@
 #include "rssm_cuda.h"
 
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "bulk_common.cuh"
+#include "bulk_mma.cuh"
 
 /* Code for a target before sm_90 leaves the kernel's body out (a trap:
  * RSSM_CUDA_SM90), and with it every use of the device-side constants and
@@ -76,26 +78,65 @@ static_assert(kCoefBufs >= kCoefWarps, "parity waits need kCoefBufs >= kCoefWarp
 
 /* One coefficient buffer: the floats below, then the unit's ring d entries
  * [n][V] and its v [V], each moved by one bulk copy per unit (small copies
- * per stage cost the copy engine more than their bytes). */
+ * per stage cost the copy engine more than their bytes). Its parts depend
+ * on the kernel (Co): a ring's coefficients and kg_j only with a ring; kg_j
+ * as fp32 [kJ][K] for the FFMA flush (fp32 ring) or in its place the flush's
+ * tensor-core fragments (16-bit ring, bulk_mma.cuh), whose ring d then
+ * needs half the bytes; the readout's fragments (and the ring's) where a
+ * 16-bit state is read on the tensor cores. */
 constexpr int kCoAQ = 0, kCoAK = kMaxK, kCoAG = 2 * kMaxK, kCoKV = 3 * kMaxK;
 constexpr int kCoCQ = 4 * kMaxK, kCoCK = kCoCQ + kJ, kCoMisc = kCoCK + kJ, kCoKG = kCoMisc + 4;
-constexpr int kCoFloats = kCoKG + kJ * kMaxK;
 static_assert(kCoKG % 4 == 0, "16-byte aligned kg rows");
-constexpr int kCoBytes = kCoFloats * 4 + kCoDBytes + kCoVBytes;
-static_assert(kCoBytes % 16 == 0, "16-byte aligned buffers");
 
-static_assert(kLead + kCoefWarps <= kUq - kStages, "a queue slot is reused only after its unit is consumed");
+/* The shared memory of one CTA, stages last counted: as many 16 KiB stages
+ * as fit beside the coefficient buffers (at most kMaxStages), of which a
+ * plan uses BArgs::ns (rssm_cuda_bulk_prepare). */
+constexpr size_t kSmemLimit = 227u * 1024u;
+constexpr int kMaxStages = 8;
+static_assert(kLead + kCoefWarps <= kUq - kMaxStages, "a queue slot is reused only after its unit is consumed");
 
-constexpr size_t kSmemStages = (size_t)kStages * kStageBytes;
-constexpr size_t kSmemCoef = (size_t)kCoefBufs * kCoBytes;
-constexpr size_t kSmemMeta = (size_t)kStages * sizeof(StageMeta);
-constexpr size_t kSmemBars = (size_t)(2 * kStages + 2 * kCoefBufs + kUq) * sizeof(uint64_t);
-constexpr size_t kSmemQueue = (size_t)kUq * sizeof(uint32_t);
-constexpr size_t kSmemBytes = kSmemStages + kSmemCoef + kSmemMeta + kSmemBars + kSmemQueue;
+template <int ST, int RT, bool RING> struct Co {
+    /* the flush's ring sum on the tensor cores: the ring's entries are 16-bit */
+    static constexpr bool TCF = RING && RT != kF32;
+    /* the readout on the tensor cores: a 16-bit state, whose ring (if any)
+     * is 16-bit too (an fp32 ring is not an exact MMA operand) */
+    static constexpr bool TCR = ST != kF32 && (!RING || RT != kF32);
+    static constexpr int KG = kCoKG;
+    static constexpr int FRQ = KG + (RING ? kJ * kMaxK : 0);
+    static constexpr int FRC = FRQ + (TCR ? kFrQWords : 0);
+    static constexpr int FLOATS = FRC + (TCR && RING ? kFrCWords : 0);
+    static constexpr int DBYTES = RING ? (TCF ? kCoDBytes / 2 : kCoDBytes) : 0;
+    static constexpr int BYTES = FLOATS * 4 + DBYTES + kCoVBytes;
+    static_assert(FLOATS % 4 == 0 && BYTES % 16 == 0, "16-byte aligned parts and buffers");
+
+    static constexpr size_t kCoef = (size_t)kCoefBufs * BYTES;
+    static constexpr size_t kFixed = (size_t)(2 * kMaxStages + 2 * kCoefBufs + kUq) * sizeof(uint64_t) +
+                                     (size_t)kMaxStages * sizeof(StageMeta) + (size_t)kUq * sizeof(uint32_t);
+    static constexpr int STAGES_FIT = (int)((kSmemLimit - kCoef - kFixed) / kStageBytes);
+    static constexpr int STAGES = STAGES_FIT < kMaxStages ? STAGES_FIT : kMaxStages;
+    static_assert(STAGES >= kStages, "at least the default stages fit");
+    static constexpr size_t kStagesAt = 0, kCoefAt = (size_t)STAGES * kStageBytes;
+    static constexpr size_t kMetaAt = kCoefAt + kCoef;
+    static constexpr size_t kBarsAt = kMetaAt + (size_t)STAGES * sizeof(StageMeta);
+    static constexpr size_t kQueueAt = kBarsAt + (size_t)(2 * STAGES + 2 * kCoefBufs + kUq) * sizeof(uint64_t);
+    static constexpr size_t SMEM = kQueueAt + (size_t)kUq * sizeof(uint32_t);
+    static_assert(SMEM <= kSmemLimit, "fits an SM's shared memory");
+};
+
+/* Who consumes a stage: 8 rows per warp for the FFMA consumers (Geometry),
+ * 16 (an m16 fragment) for the tensor-core readout, the consumer warps in
+ * groups that take stages in turn. */
+template <int ST, bool TCR> struct Cg {
+    static constexpr int RC = Geometry<ST>::RC;
+    static constexpr int ROWS = TCR ? 16 : Geometry<ST>::RW;
+    static constexpr int WARPS = RC / ROWS, GROUPS = kConsumers / WARPS;
+    static_assert(WARPS * ROWS == RC && GROUPS * WARPS == kConsumers, "stage split");
+};
 
 struct BArgs {
     rssm_kernel_params p;
     rssm_cuda_buffers b;
+    uint32_t ns; /* stages in use, at most the kernel's Co::STAGES */
 };
 
 __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, const rssm_layer_io &io)
@@ -109,10 +150,11 @@ __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, co
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
  * 4 lane .. 4 lane + 3. OVERLAP: the inputs' loads issued together
  * (channel_inputs), see bulk_overlap. */
-template <int RT, bool RING, bool KDA, bool OVERLAP>
+template <int ST, int RT, bool RING, bool KDA, bool OVERLAP>
 __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
 {
     using RRaw = typename Raw<RT>::T;
+    using C = Co<ST, RT, RING>;
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t lane = threadIdx.x & 31u, c0 = 4u * lane;
@@ -128,11 +170,11 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     if (lane == 0) {
         const uint32_t d_bytes = n * p.head_v * (uint32_t)sizeof(RRaw), v_bytes = p.head_v * bytes_of(io_dtype(p));
         const uint64_t policy = evict_first_policy();
-        uint8_t *dst = reinterpret_cast<uint8_t *>(co + kCoFloats);
+        uint8_t *dst = reinterpret_cast<uint8_t *>(co + C::FLOATS);
         bar_expect_tx(bar, d_bytes + v_bytes);
         if (d_bytes)
             bulk_load(dst, at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, st.slot, hv), d_bytes, bar, policy);
-        bulk_load(dst + kCoDBytes, L.v + st.io * L.v_row + (size_t)hv * v_bytes, v_bytes, bar, policy);
+        bulk_load(dst + C::DBYTES, L.v + st.io * L.v_row + (size_t)hv * v_bytes, v_bytes, bar, policy);
     }
 
     /* All of the ring's loads first, so they are in flight together: one
@@ -163,13 +205,16 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     static_assert(2 * kJ == 32, "one c_j per lane");
     float cs[2 * kJ];
     float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    /* A flushing unit's kg_j for the tensor cores: entry pairs (2m, 2m + 1)
+     * are written when the walk reaches 2m, entries past n as zeros. */
+    float kg_next[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
     for (int j = JN - 1; j >= 0; --j) {
         float dq = 0.0f, dk = 0.0f;
+        float kg[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if (RING && (uint32_t)j < n) {
             const RRaw *kr = reinterpret_cast<const RRaw *>(&kj[j]);
             const float gs[4] = {gj[j].x, gj[j].y, gj[j].z, gj[j].w};
-            float kg[4];
             const float e0 = expf(s[0]);
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
@@ -179,8 +224,15 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
                 dq += kg[i] * q[i];
                 dk += kg[i] * k[i];
             }
-            if (mine)
+            if (!C::TCF && mine)
                 *reinterpret_cast<float4 *>(co + kCoKG + j * kMaxK + c0) = make_float4(kg[0], kg[1], kg[2], kg[3]);
+        }
+        if constexpr (C::TCF) {
+            if (j % 2 == 0 && st.flush && mine)
+                write_flush_pair<RT>(reinterpret_cast<uint32_t *>(co + C::KG), lane, (uint32_t)j / 2u, kg, kg_next);
+#pragma unroll
+            for (int i = 0; i < 4; ++i)
+                kg_next[i] = kg[i];
         }
         cs[j] = dq;
         cs[kJ + j] = dk;
@@ -189,15 +241,25 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
     for (int j = JN; j < kJ; ++j)
         cs[j] = cs[kJ + j] = 0.0f;
     static_assert(kCoCK == kCoCQ + kJ, "c_j(q) and c_j(k) contiguous");
-    if (RING && n > 0u)
-        co[kCoCQ + lane] = warp_sum_rows<2 * kJ>(cs, lane);
+    if (RING && n > 0u) {
+        const float c = warp_sum_rows<2 * kJ>(cs, lane);
+        co[kCoCQ + lane] = c;
+        if constexpr (C::TCR && RING)
+            write_ring_fragment<RT>(reinterpret_cast<uint32_t *>(co + C::FRC), lane, c);
+    }
     float ag[4];
 #pragma unroll
     for (int i = 0; i < 4; ++i)
         ag[i] = alpha[i] * expf(s[i]);
     if (mine) {
-        *reinterpret_cast<float4 *>(co + kCoAQ + c0) = make_float4(ag[0] * q[0], ag[1] * q[1], ag[2] * q[2], ag[3] * q[3]);
-        *reinterpret_cast<float4 *>(co + kCoAK + c0) = make_float4(ag[0] * k[0], ag[1] * k[1], ag[2] * k[2], ag[3] * k[3]);
+        const float xq[4] = {ag[0] * q[0], ag[1] * q[1], ag[2] * q[2], ag[3] * q[3]};
+        const float xk[4] = {ag[0] * k[0], ag[1] * k[1], ag[2] * k[2], ag[3] * k[3]};
+        if constexpr (C::TCR) {
+            write_readout_fragments(reinterpret_cast<uint32_t *>(co + C::FRQ), lane, xq, xk);
+        } else {
+            *reinterpret_cast<float4 *>(co + kCoAQ + c0) = make_float4(xq[0], xq[1], xq[2], xq[3]);
+            *reinterpret_cast<float4 *>(co + kCoAK + c0) = make_float4(xk[0], xk[1], xk[2], xk[3]);
+        }
         *reinterpret_cast<float4 *>(co + kCoAG + c0) = make_float4(ag[0], ag[1], ag[2], ag[3]);
         *reinterpret_cast<float4 *>(co + kCoKV + c0) = make_float4(k[0], k[1], k[2], k[3]);
         if (RING && !st.flush && !st.pad) {
@@ -231,6 +293,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     using SV = StateVec<ST, 4>;
     using SVec = typename SV::T;
     using RRaw = typename Raw<RT>::T;
+    using C = Co<ST, RT, RING>;
     constexpr int R = Gm::RW;
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
@@ -249,8 +312,8 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
         SV::unpack(xv, x[i]);
     }
     /* the unit's ring d [n][V] and v [V], from the coefficient buffer */
-    const RRaw *dsm = reinterpret_cast<const RRaw *>(co + kCoFloats) + v0;
-    const uint8_t *vin = reinterpret_cast<const uint8_t *>(co + kCoFloats) + kCoDBytes;
+    const RRaw *dsm = reinterpret_cast<const RRaw *>(co + C::FLOATS) + v0;
+    const uint8_t *vin = reinterpret_cast<const uint8_t *>(co + C::FLOATS) + C::DBYTES;
 
     /* Sbar q and Sbar k per row: the lane's channels, plus (lane j < n) ring
      * entry j's term, then summed over the warp. */
@@ -293,45 +356,138 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     }
     if (!flush)
         return;
-    float d[R];
+    if constexpr (C::TCF) {
+        /* the ring's sum on the tensor cores (bulk_mma.cuh): lane (g, t4)
+         * takes row g of the warp's R = 8, whose d it holds (LPR = 4) */
+        static_assert(R == 8 && LPR == 4u, "an m16 fragment's rows g are the warp's rows");
+        uint32_t ring[4] = {0u, 0u, 0u, 0u};
+        if (n > 0u)
+            ring_operand<false>(co + C::FLOATS, V, v0, n, lane, ring);
+        uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
+        flush_rows<ST, RT, RING, false>(stage, row0, Cr, K, ring, n, co + kCoAG, co + kCoKV,
+                                        reinterpret_cast<const uint32_t *>(co + C::KG), {d_mine, 0.0f});
+    } else {
+        float d[R];
 #pragma unroll
-    for (int i = 0; i < R; ++i)
-        d[i] = __shfl_sync(0xffffffffu, d_mine, (uint32_t)i * LPR);
-    if (!mine)
-        return;
+        for (int i = 0; i < R; ++i)
+            d[i] = __shfl_sync(0xffffffffu, d_mine, (uint32_t)i * LPR);
+        if (!mine)
+            return;
 
-    /* C' = C alpha Gamma + d k^T + sum_j d_j kg_j^T, rounded to the state
-     * dtype, stored straight from registers. */
-    {
-        const float4 a4 = *reinterpret_cast<const float4 *>(co + kCoAG + c0);
-        const float4 k4 = *reinterpret_cast<const float4 *>(co + kCoKV + c0);
-#pragma unroll
-        for (int i = 0; i < R; ++i) {
-            x[i][0] = x[i][0] * a4.x + d[i] * k4.x;
-            x[i][1] = x[i][1] * a4.y + d[i] * k4.y;
-            x[i][2] = x[i][2] * a4.z + d[i] * k4.z;
-            x[i][3] = x[i][3] * a4.w + d[i] * k4.w;
-        }
-    }
-    if constexpr (RING) {
-#pragma unroll 2
-        for (uint32_t j = 0; j < n; ++j) {
-            const float4 kg = *reinterpret_cast<const float4 *>(co + kCoKG + j * kMaxK + c0);
-            float dv[R];
-            load_ring_rows<RT, R>(dsm + (size_t)j * V, dv);
+        /* C' = C alpha Gamma + d k^T + sum_j d_j kg_j^T, rounded to the state
+         * dtype, stored straight from registers. */
+        {
+            const float4 a4 = *reinterpret_cast<const float4 *>(co + kCoAG + c0);
+            const float4 k4 = *reinterpret_cast<const float4 *>(co + kCoKV + c0);
 #pragma unroll
             for (int i = 0; i < R; ++i) {
-                x[i][0] += dv[i] * kg.x;
-                x[i][1] += dv[i] * kg.y;
-                x[i][2] += dv[i] * kg.z;
-                x[i][3] += dv[i] * kg.w;
+                x[i][0] = x[i][0] * a4.x + d[i] * k4.x;
+                x[i][1] = x[i][1] * a4.y + d[i] * k4.y;
+                x[i][2] = x[i][2] * a4.z + d[i] * k4.z;
+                x[i][3] = x[i][3] * a4.w + d[i] * k4.w;
             }
         }
-    }
-    uint8_t *C = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
+        if constexpr (RING) {
+#pragma unroll 2
+            for (uint32_t j = 0; j < n; ++j) {
+                const float4 kg = *reinterpret_cast<const float4 *>(co + kCoKG + j * kMaxK + c0);
+                float dv[R];
+                load_ring_rows<RT, R>(dsm + (size_t)j * V, dv);
 #pragma unroll
-    for (int i = 0; i < R; ++i)
-        __stcs(reinterpret_cast<SVec *>(C + ((size_t)i * K + c0) * Gm::SB), SV::pack(x[i]));
+                for (int i = 0; i < R; ++i) {
+                    x[i][0] += dv[i] * kg.x;
+                    x[i][1] += dv[i] * kg.y;
+                    x[i][2] += dv[i] * kg.z;
+                    x[i][3] += dv[i] * kg.w;
+                }
+            }
+        }
+        uint8_t *Cw = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
+#pragma unroll
+        for (int i = 0; i < R; ++i)
+            __stcs(reinterpret_cast<SVec *>(Cw + ((size_t)i * K + c0) * Gm::SB), SV::pack(x[i]));
+    }
+}
+
+/* One stage of a 16-bit state on the tensor cores (bulk_mma.cuh): warp wi
+ * of its group takes the stage's rows 16 wi .. 16 wi + 15, lane (g, t4) rows
+ * g and g + 8. Each row's S q~ and S k~ (and the ring's part) come out of
+ * one m16n8k16 accumulator as four columns (hi and lo of each), summed over
+ * the quad; then d, the output and the ring append (lane t4 = i for row g
+ * + 8 i), and on a flush the new checkpoint from the stage. */
+template <int ST, int RT, bool RING>
+__device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
+                                           uint32_t wi, const float *co)
+{
+    using RRaw = typename Raw<RT>::T;
+    using C = Co<ST, RT, RING>;
+    static_assert(C::TCR && ST == kBF16, "a bf16 state read on the tensor cores");
+    constexpr uint32_t RC = (uint32_t)Geometry<ST>::RC;
+    const rssm_kernel_params &p = a.p;
+    const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
+    const uint32_t lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
+    const uint32_t w0 = 16u * wi, v0 = chunk * RC + w0;
+    const uint32_t r = m.unit / HV, hv = m.unit % HV, n = m.n;
+    const bool flush = m.flush == kMetaFlush, pad = m.flush == kMetaPad;
+    const rssm_layer_io &L = a.b.io;
+    const Dtype iot = io_dtype(p);
+    const uint16_t *S = reinterpret_cast<const uint16_t *>(stage);
+
+    /* rows g and g + 8, channels 32 G + 8 t4 .. + 7: the A operand as loaded */
+    uint4 x[2][kMaxK / 32];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+        for (uint32_t G = 0; G < (uint32_t)kMaxK / 32u; ++G)
+            x[i][G] = 32u * G < K ? *reinterpret_cast<const uint4 *>(S + (size_t)(w0 + g + 8u * i) * K + 32u * G + 8u * t4)
+                                 : make_uint4(0u, 0u, 0u, 0u);
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const uint2 *frq = reinterpret_cast<const uint2 *>(co + C::FRQ);
+#pragma unroll
+    for (uint32_t G = 0; G < (uint32_t)kMaxK / 32u; ++G) {
+        if (32u * G >= K)
+            break;
+        const uint2 b0 = frq[(2u * G) * 32u + lane], b1 = frq[(2u * G + 1u) * 32u + lane];
+        const uint32_t a0[4] = {x[0][G].x, x[1][G].x, x[0][G].y, x[1][G].y};
+        const uint32_t a1[4] = {x[0][G].z, x[1][G].z, x[0][G].w, x[1][G].w};
+        mma16<kBF16>(acc, a0, b0.x, b0.y);
+        mma16<kBF16>(acc, a1, b1.x, b1.y);
+    }
+    uint32_t ring[4] = {0u, 0u, 0u, 0u};
+    if constexpr (RING) {
+        if (n > 0u) {
+            ring_operand<true>(co + C::FLOATS, V, v0, n, lane, ring);
+            const uint2 b = reinterpret_cast<const uint2 *>(co + C::FRC)[lane];
+            mma16<RT>(acc, ring, b.x, b.y);
+        }
+    }
+    /* columns 2 t4, 2 t4 + 1: q and k, hi at t4 = 0 and lo at t4 = 1 */
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+        acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], 1);
+        acc[e] += __shfl_xor_sync(0xffffffffu, acc[e], 2);
+    }
+    const uint8_t *vin = reinterpret_cast<const uint8_t *>(co + C::FLOATS) + C::DBYTES;
+    const float beta = co[kCoMisc], kq = co[kCoMisc + 1];
+    float d[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+        d[i] = beta * (load_io(vin, v0 + g + 8u * i, iot) - acc[2 * i + 1]);
+    if (t4 < 2u) {
+        const uint32_t v = v0 + g + 8u * t4;
+        const float dm = t4 ? d[1] : d[0], sq = t4 ? acc[2] : acc[0];
+        void *out_row = L.out + (size_t)__float_as_uint(co[kCoMisc + 3]) * L.out_row;
+        store_io(out_row, (size_t)hv * V + v, iot, pad ? 0.0f : sq + dm * kq);
+        if (RING && !flush && !pad) {
+            RRaw *ring_d = reinterpret_cast<RRaw *>(at_slot(L.ring_d, L.ring_d_slot, L.ring_d_head, m.slot, hv));
+            ring_d[(size_t)n * V + v] = to_ring<RT>(dm, L.overflow, r);
+        }
+    }
+    if (!flush)
+        return;
+    uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * sizeof(uint16_t);
+    flush_rows<ST, RT, RING, true>(stage, w0, Cr, K, ring, n, co + kCoAG, co + kCoKV,
+                                   reinterpret_cast<const uint32_t *>(co + C::KG), d);
 }
 
 /* ----------------------------------------------------------- the kernel */
@@ -345,26 +501,28 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     (void)a;
     __trap();
 #else
+    using C = Co<ST, RT, RING>;
+    using Gc = Cg<ST, C::TCR>;
     extern __shared__ __align__(128) uint8_t smem[];
-    uint8_t *stages = smem;
-    uint8_t *coef = smem + kSmemStages;
-    StageMeta *meta = reinterpret_cast<StageMeta *>(smem + kSmemStages + kSmemCoef);
-    uint64_t *full = reinterpret_cast<uint64_t *>(smem + kSmemStages + kSmemCoef + kSmemMeta);
-    uint64_t *empty = full + kStages, *cfull = empty + kStages, *cempty = cfull + kCoefBufs;
-
-    uint32_t *uq = reinterpret_cast<uint32_t *>(cempty + kCoefBufs + kUq);
+    uint8_t *stages = smem + C::kStagesAt;
+    uint8_t *coef = smem + C::kCoefAt;
+    StageMeta *meta = reinterpret_cast<StageMeta *>(smem + C::kMetaAt);
+    uint64_t *full = reinterpret_cast<uint64_t *>(smem + C::kBarsAt);
+    uint64_t *empty = full + C::STAGES, *cfull = empty + C::STAGES, *cempty = cfull + kCoefBufs;
     uint64_t *ufull = cempty + kCoefBufs;
+    uint32_t *uq = reinterpret_cast<uint32_t *>(smem + C::kQueueAt);
 
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u;
+    const uint32_t ns = min(max(a.ns, 1u), (uint32_t)C::STAGES);
     if (threadIdx.x == 0)
-        init_barriers(full, empty, 32u * Geometry<ST>::GROUP_WARPS, cfull, cempty, kCoefBufs, ufull);
+        init_barriers(full, empty, 32u * Gc::WARPS, cfull, cempty, kCoefBufs, ufull, C::STAGES);
     __syncthreads();
 
     constexpr int kCoef = kCoefWarps;
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
             Schedule sch{uq, ufull, a.b.work, active_units(a.p, a.b.io), 0u, 0u, (uint32_t)kCoef, kNoUnit};
-            produce<ST, RING>(a, stages, meta, full, empty, sch);
+            produce<ST, RING>(a, stages, meta, full, empty, sch, ns);
         }
         return;
     }
@@ -377,33 +535,45 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
                 bar_wait(&cempty[b], ((ui / kCoefBufs) & 1u) ^ 1u);
             bar_wait(&ufull[ui % kUq], (ui / kUq) & 1u);
             const uint32_t u = uq[ui % kUq];
-            float *co = reinterpret_cast<float *>(coef + (size_t)b * kCoBytes);
+            float *co = reinterpret_cast<float *>(coef + (size_t)b * C::BYTES);
             if (u == kNoUnit) {
                 if (lane == 0)
                     co[kCoMisc + 2] = __uint_as_float(kNoUnit);
                 bar_arrive(&cfull[b]);
                 break;
             }
-            coefficients<RT, RING, KDA, OVERLAP>(a, u, co, &cfull[b]);
+            coefficients<ST, RT, RING, KDA, OVERLAP>(a, u, co, &cfull[b]);
             bar_arrive(&cfull[b]);
         }
         return;
     }
-    const uint32_t chunks = a.p.head_v / Geometry<ST>::RC, group = warp / Geometry<ST>::GROUP_WARPS;
-    uint32_t it = 0;
+    /* Stage s of phase ph takes chunk it; the groups take chunks in turn,
+     * so with an odd ns a stage serves the groups alternately (each phase
+     * is one group's whole read, which its empty barrier counts). */
+    const uint32_t chunks = a.p.head_v / (uint32_t)Gc::RC, group = warp / (uint32_t)Gc::WARPS;
+    const uint32_t wi = warp % (uint32_t)Gc::WARPS;
+    uint32_t it = 0, s = 0, ph = 0;
     for (uint32_t ui = 0;; ++ui) {
         const uint32_t b = ui % kCoefBufs;
         bar_wait(&cfull[b], (ui / kCoefBufs) & 1u);
-        const float *co = reinterpret_cast<const float *>(coef + (size_t)b * kCoBytes);
+        const float *co = reinterpret_cast<const float *>(coef + (size_t)b * C::BYTES);
         if (__float_as_uint(co[kCoMisc + 2]) == kNoUnit)
             break;
         for (uint32_t c = 0; c < chunks; ++c, ++it) {
-            if (it % Geometry<ST>::GROUPS != group)
+            const uint32_t cs = s, cph = ph;
+            if (++s == ns) {
+                s = 0;
+                ph ^= 1u;
+            }
+            if (it % (uint32_t)Gc::GROUPS != group)
                 continue;
-            const uint32_t s = it % kStages;
-            bar_wait(&full[s], (it / kStages) & 1u);
-            consume<ST, RT, RING>(a, stages + (size_t)s * kStageBytes, meta[s], c, co);
-            bar_arrive(&empty[s]);
+            bar_wait(&full[cs], cph);
+            const uint8_t *stage = stages + (size_t)cs * kStageBytes;
+            if constexpr (C::TCR)
+                consume_tc<ST, RT, RING>(a, stage, meta[cs], c, wi, co);
+            else
+                consume<ST, RT, RING>(a, stage, meta[cs], c, co);
+            bar_arrive(&empty[cs]);
         }
         bar_arrive(&cempty[b]);
     }
@@ -442,6 +612,29 @@ const BulkFn kBulk[4][2][3] = {
 };
 #undef RSSM_BULK_GATES
 
+/* Each kernel's shared memory and the most stages it holds, in kBulk's
+ * [ring][state] order. */
+struct BulkShape {
+    size_t smem;
+    uint32_t stages, d_bytes;
+};
+template <int ST, int RT, bool RING> constexpr BulkShape shape_of()
+{
+    using C = Co<ST, RT, RING>;
+    return BulkShape{C::SMEM, (uint32_t)C::STAGES, (uint32_t)C::DBYTES};
+}
+constexpr BulkShape kBulkShape[4][2] = {
+    {shape_of<kF32, kF32, true>(), shape_of<kBF16, kF32, true>()},
+    {shape_of<kF32, kF16, true>(), shape_of<kBF16, kF16, true>()},
+    {shape_of<kF32, kBF16, true>(), shape_of<kBF16, kBF16, true>()},
+    {shape_of<kF32, kF32, false>(), shape_of<kBF16, kF32, false>()},
+};
+
+const BulkShape &bulk_shape(const rssm_kernel_params *p)
+{
+    return kBulkShape[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
+}
+
 BulkFn bulk_fn(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
 {
     const int gate = p->gate_kind == RSSM_CODE_GATE_KDA ? 2 : bulk_overlap(p, plan->sm_count) ? 1 : 0;
@@ -453,19 +646,40 @@ uint32_t rows_per_item(const rssm_kernel_params *p)
     return p->state_dtype == RSSM_CODE_DTYPE_F32 ? (uint32_t)Geometry<kF32>::RC : (uint32_t)Geometry<kBF16>::RC;
 }
 
+/* The stages a plan streams through: kStages on a GPU of many SMs, where
+ * more only lengthened the queues the coefficient warps' loads wait in;
+ * as many as the kernel holds on a part of at most 80 SMs, which must keep
+ * about twice the bytes in flight per SM to move its bandwidth (an H20:
+ * docs/design.md §8). RSSM_CUDA_BULK_STAGES overrides it for measurement
+ * (docs/h200.md). */
+uint32_t bulk_stages(const rssm_kernel_params *p, int sm_count)
+{
+    const uint32_t most = bulk_shape(p).stages;
+    uint32_t ns = sm_count > 0 && sm_count <= 80 ? most : (uint32_t)kStages;
+    const char *env = getenv("RSSM_CUDA_BULK_STAGES");
+    if (env && *env) {
+        const long v = strtol(env, nullptr, 10);
+        if (v >= 1)
+            ns = (uint32_t)v;
+    }
+    return ns < most ? ns : most;
+}
+
 } /* namespace */
 
 extern "C" int rssm_cuda_bulk_supported(const rssm_kernel_params *p)
 {
     /* Bulk copies move multiples of 16 bytes between 16-byte aligned
-     * addresses; a stage holds whole rows of K <= 128 channels. */
+     * addresses; a stage holds whole rows of K <= 128 channels; a unit's
+     * ring d fits its buffer (half the bytes where the flush is on the
+     * tensor cores, bulk_kernel.cu's Co). */
     const uint32_t rsize = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
     const uint32_t iosize = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
     const uint32_t rc = rows_per_item(p);
     return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->head_k % 32u == 0 && p->head_v % rc == 0 &&
            p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING && p->slot_bytes % 16u == 0 && p->layer_bytes % 16u == 0 &&
            p->ring_d_offset % 16u == 0 && (p->head_v * rsize) % 16u == 0 && (p->head_v * iosize) % 16u == 0 &&
-           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= (uint32_t)kCoDBytes &&
+           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= bulk_shape(p).d_bytes &&
            p->head_v * iosize <= (uint32_t)kCoVBytes;
 }
 
@@ -474,12 +688,13 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     if (!rssm_cuda_bulk_supported(p))
         return cudaErrorInvalidValue;
     const BulkFn fn = bulk_fn(p, plan);
+    const size_t smem = bulk_shape(p).smem;
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
-                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)kSmemBytes);
+                                         cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
         return e;
     int occ = 0;
-    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, kSmemBytes);
+    e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, fn, kThreads, smem);
     if (e != cudaSuccess)
         return e;
     if (occ < 1)
@@ -491,10 +706,18 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->kernel = RSSM_CUDA_KERNEL_BULK;
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(units < grid ? units : grid);
+    plan->bulk_stages = bulk_stages(p, plan->sm_count);
     return cudaSuccess;
 }
 
-extern "C" size_t rssm_cuda_bulk_smem_bytes(void) { return kSmemBytes; }
+extern "C" size_t rssm_cuda_bulk_smem_bytes(void)
+{
+    size_t most = 0;
+    for (const auto &ring : kBulkShape)
+        for (const BulkShape &s : ring)
+            most = s.smem > most ? s.smem : most;
+    return most;
+}
 
 extern "C" cudaError_t rssm_cuda_bulk_attributes(cudaFuncAttributes *a)
 {
@@ -511,6 +734,7 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
     BArgs a;
     a.p = *p;
     a.b = *b;
-    bulk_fn(p, plan)<<<plan->grid, kThreads, kSmemBytes, stream>>>(a);
+    a.ns = plan->bulk_stages ? plan->bulk_stages : (uint32_t)kStages;
+    bulk_fn(p, plan)<<<plan->grid, kThreads, bulk_shape(p).smem, stream>>>(a);
     return cudaGetLastError();
 }

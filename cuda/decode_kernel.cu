@@ -640,6 +640,7 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     plan->variant = fix * 9u + state_variant(p) * 3u + p->ring_dtype;
     plan->sm_count = (int)sms;
     plan->allow = allow;
+    plan->bulk_stages = 0;
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);

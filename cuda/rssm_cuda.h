@@ -75,6 +75,8 @@ typedef struct rssm_cuda_plan {
     uint32_t smem_bytes;        /* dynamic shared memory per CTA */
     uint32_t variant;           /* which template instance (state, ring dtype) */
     uint32_t allow;             /* RSSM_CUDA_ALLOW_*: what the device's code lets it use */
+    uint32_t bulk_stages;       /* bulk kernel: the shared-memory stages it streams through
+                                   (set by prepare; 0 before) */
     int sm_count;
 } rssm_cuda_plan;
 

@@ -340,7 +340,7 @@ template <int ST, int RT, int TP> __global__ void __launch_bounds__(kThreads, 1)
     if (warp == (uint32_t)kProducerWarp) {
         if (lane == 0) {
             Schedule sch{uq, ufull, a.b.work, a.rows * a.p.num_v_heads, 0u, 0u, (uint32_t)kLoadWarps, kNoUnit};
-            produce<ST, true, kWStages>(a, stages, meta, full, empty, sch);
+            produce<ST, true>(a, stages, meta, full, empty, sch, (uint32_t)kWStages);
         }
         return;
     }

@@ -3,6 +3,7 @@
  * Every case is named <gate>/<replay|packed>/<what>, for GDN (qwen3.5-gdn
  * heads) and KDA (kimi-linear-kda heads), and covers one item of docs/design.md §6:
  *   fp32-L16, fp16-ring, bf16-ring, bf16-state   dtypes, 3.5 ring cycles
+ *   fp16-ring-forced, bf16-state-fp16-ring       16-bit rings, rows at every position, forced flushes
  *   L1, L2, L8 (and L16 above)                    ring lengths
  *   forced-flush                                  snapshot interval 7 < L: flushes mid-ring
  *   staggered, admitted-apart                     rows at different ring positions
@@ -140,6 +141,23 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
         c.model.state_dtype = RSSM_DTYPE_BF16;
         c.model.ring_dtype = RSSM_DTYPE_BF16;
         ADD("bf16-state", "replay");
+        /* 16-bit rings at every ring position in one step, flushes forced
+         * mid-ring: the tensor-core readout and flush of the CUDA bulk
+         * kernel (docs/design.md §8) at every entry count, with the ring
+         * dtype `rssm bench` and the engines' harness time. */
+        c = base_case(p, 1, 16, &o);
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.policy = RSSM_FLUSH_STAGGERED;
+        c.snapshot_interval = 7;
+        c.expect = RH_EXPECT_FORCED | RH_EXPECT_MIXED;
+        ADD("fp16-ring-forced", "replay");
+        c = base_case(p, 1, 16, &o);
+        c.model.state_dtype = RSSM_DTYPE_BF16;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        c.policy = RSSM_FLUSH_STAGGERED;
+        c.snapshot_interval = 7;
+        c.expect = RH_EXPECT_FORCED | RH_EXPECT_MIXED;
+        ADD("bf16-state-fp16-ring", "replay");
         /* Ring lengths. */
         static const uint32_t lens[] = {1, 2, 8};
         for (size_t i = 0; i < 3; i++) {
