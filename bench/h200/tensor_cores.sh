@@ -16,7 +16,8 @@
 # kernels' folder and HARNESS the anchor harness (../shared/peers-harness,
 # copied into .peers/harness; its README). Stages:
 #   conform   rssm conform on cuda:bulk (the tensor-core kernels) beside
-#             cuda:stream (FFMA) on every case, and on cuda at 40 rows
+#             cuda:stream (FFMA) on every case (CONFORM_VARIANTS), and on
+#             cuda at 40 rows (unless CONFORM_B40=0)
 #   sanitize  compute-sanitizer memcheck and racecheck of cuda:bulk on the
 #             cases that run the tensor-core paths
 #   micro     the readout microbenchmark; micro78: the same under MPS 59%
@@ -52,9 +53,12 @@ mps_stop() {
 }
 
 stage_conform() {
-  timeout 420 "$NEW" conform --backend cuda:bulk --backend cuda:stream >"$OUT_DIR/conform.txt" 2>&1
-  note "conform cuda:bulk + cuda:stream (rc $?): $(tail -1 "$OUT_DIR/conform.txt")"
+  local b=() v
+  for v in ${CONFORM_VARIANTS:-cuda:bulk cuda:stream}; do b+=(--backend "$v"); done
+  timeout 420 "$NEW" conform "${b[@]}" >"$OUT_DIR/conform.txt" 2>&1
+  note "conform ${CONFORM_VARIANTS:-cuda:bulk cuda:stream} (rc $?): $(tail -1 "$OUT_DIR/conform.txt")"
   grep -E " FAIL " "$OUT_DIR/conform.txt" | head -20
+  [ "${CONFORM_B40:-1}" = 0 ] && return
   timeout 240 "$NEW" conform --backend cuda --batch 40 --case ring --case state --case packed --case staggered \
     >"$OUT_DIR/conform-b40.txt" 2>&1
   note "conform cuda --batch 40 (rc $?): $(tail -1 "$OUT_DIR/conform-b40.txt")"
