@@ -53,7 +53,7 @@ typedef struct rh_state_size {
 rh_state_size rh_bench_state_size(size_t llc_bytes, size_t mem_bytes, double copy_bps, double steps,
                                   double budget_s);
 
-/* The timed steps of `rssm bench`'s first table (cmd_bench.c, time_model):
+/* The timed steps of `rssm bench`'s first table (bench_programs.c, bench_time_model):
  * per (gate, state, batch) configuration, the packed program of max(L)
  * steps and its in-place pass, and per ring length and positions (0
  * uniform, 1 staggered) the replay cycle of L steps, with the three
