@@ -344,7 +344,7 @@ static rssm_status window_reserve(CudaBatch *b, uint32_t rows, uint32_t t_max, r
 
 /* The fewest draft tokens the window kernels run: one token must be a step,
  * bit for bit (docs/design.md §9); beyond that, what the H200 measured
- * (torch in CUDA graphs, bench/results/h200_verify): where the plan runs the
+ * (torch in CUDA graphs, bench/results/h200/notes.md, History: verify): where the plan runs the
  * bulk kernel (batches that give every SM a row and head), a window of 2
  * took 0.66-0.83x the time of its 2 steps; below that (batch 1), 1.13-1.22x,
  * and a window of 4 0.57-0.60x its 4 steps. */

@@ -61,7 +61,7 @@ static int inputs_make(host_inputs *h, const rssm_model *m, uint32_t rows, uint6
     fill_io(h->k, m->io_dtype, nqk, &r);
     fill_io(h->v, m->io_dtype, nv, &r);
     /* Precomputed: g in [log-decay of 1e-3, 0) and beta in (0, 1). Raw: the
-     * projections a and b, spread as bench/h200/layer_check.py spreads an
+     * projections a and b, spread as bench/check_layer.py spreads an
      * engine's (the kernels' softplus and sigmoid see both of their ranges). */
     const int raw = m->gate_mode != RSSM_GATE_PRECOMPUTED;
     for (size_t i = 0; i < ng; i++)
@@ -189,7 +189,7 @@ void bench_print_state_size(const rh_state_size *s)
 }
 
 /* Raw gate modes: every layer's A_log and dt_bias, random in the ranges
- * bench/h200/layer_check.py gives an engine's (the batch starts them at 0). */
+ * bench/check_layer.py gives an engine's (the batch starts them at 0). */
 static rssm_status gate_params_set(rssm_batch *batch, const rssm_model *m, uint64_t seed, rssm_error *err)
 {
     if (m->gate_mode == RSSM_GATE_PRECOMPUTED)
@@ -257,7 +257,7 @@ rssm_status bench_pool_open(bench_pool *bp, rssm_backend *b, const rssm_model *m
     /* The rows on a random permutation of the slots, as an engine's batch
      * lands on whatever slots its sequences hold: with the rows in slot
      * order a packed step measured up to 3% faster on the H200 than the
-     * same kernel in the engine's harness (bench/results/h200_cuda/notes.md). */
+     * same kernel in the engine's harness (bench/results/h200/notes.md, CUDA). */
     for (uint32_t i = rows; i > 1; i--) {
         const uint32_t j = (uint32_t)rh_rng_range(&r, 0, i - 1), t = bp->slots[i - 1];
         bp->slots[i - 1] = bp->slots[j];

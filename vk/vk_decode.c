@@ -295,7 +295,7 @@ rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kern
      * read-only rows' registers and shared memory down, and that pays from
      * a thousand workgroups on (H200: one dispatch 4-6% faster at 256
      * workgroups, even at 1024, 5% slower at 2048;
-     * bench/results/h200_vulkan/notes.md). */
+     * bench/results/h200/notes.md, History: Vulkan). */
     const uint32_t all_split = vk_row_split(ctx, p, p->max_rows, RSSM_VK_ROWS_ALL, RSSM_VK_ROW_BLOCK);
     const uint64_t groups = (uint64_t)p->num_v_heads * p->max_rows * all_split;
     const bool one = !packed && !vk_uses_tiles(ctx, p) &&
@@ -331,7 +331,7 @@ void vk_decode_dispatch(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, uin
      * 64, 4-11% at 256). Where none does, it goes last: its workgroups only
      * read the header and return, which costs least in the read-only
      * dispatch's tail (first, uniform positions' replay was 2-7% longer;
-     * bench/results/h200_vulkan/notes.md, runs 34-35). */
+     * bench/results/h200/notes.md, History: Vulkan runs 34-35). */
     const VkPipeline pipes[2] = {d->flush, flush_only ? VK_NULL_HANDLE : d->readout};
     const uint32_t splits[2] = {d->split, d->split_readout};
     if (ctx->tune_flush_first >= 0)
@@ -359,7 +359,7 @@ static const vk_spirv *window_module(const vk_ctx *ctx)
  * tokens: on an H200 a window of 4 tokens took 4.4x less time in arrays for
  * 4 (7 KiB) than for 15 (26 KiB), and one of 8 in arrays for 8 (14 KiB)
  * 2-3x a window of 4; parts of 2 or 8 were slower than parts of 4
- * (bench/results/h200_vulkan/notes.md, runs 28-29). So a GPU runs 4 tokens
+ * (bench/results/h200/notes.md, History: Vulkan runs 28-29). So a GPU runs 4 tokens
  * per dispatch. A device that runs the `_rt` modules (a CPU device) has no
  * residency to lose: the whole window in one (RSSM_VK_RUNTIME_SHAPE=0 gives
  * it the GPU's parts, as the tests do). */

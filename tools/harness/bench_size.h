@@ -25,7 +25,7 @@
  * first: 1.5 to 2.1 on the project's 2-core VM (docs/bench.md, "What is
  * swept"; less where other work held the memory bandwidth down while it
  * was measured), where the kernels' arithmetic adds to the stream instead
- * of overlapping it (bench/results/local/cpu.md). The larger, and some
+ * of overlapping it (bench/results/local/notes.md). The larger, and some
  * room, so that the estimate errs on the long side. */
 #define RH_BENCH_CPU_STEP_COPIES 2.2
 

@@ -6,9 +6,9 @@
 # (CUDA MPS at 59%: 78 SMs). From the repository root on the GPU machine,
 # with binaries built on Debian and carried (docs/h200.md):
 #
-#   STAGES="conform sanitize micro ab" bench/h200/tensor_cores.sh OUT_DIR
-#   STAGES="record" bench/h200/tensor_cores.sh OUT_DIR          # full GPU
-#   STAGES="record78 ab78" bench/h200/tensor_cores.sh OUT_DIR   # 78 SMs
+#   STAGES="conform sanitize micro ab" bench/tensor_cores.sh OUT_DIR
+#   STAGES="record" bench/tensor_cores.sh OUT_DIR          # full GPU
+#   STAGES="record78 ab78" bench/tensor_cores.sh OUT_DIR   # 78 SMs
 #
 # NEW (default .devbin/new/rssm) and its librssm.so beside it; OLD (default
 # .devbin/old/rssm) the build before the change; READOUT the microbenchmark

@@ -16,7 +16,7 @@
  * then the device µs of rssm_batch_verify windows of 4 and 8 tokens from
  * ring position 0 (median of 16 after half a second of them), none
  * accepted, against a program of the steps they stand for.
- * Built on Debian against a librssm and carried (bench/results/h200_vulkan/run25/run.sh). */
+ * Built on Debian against a librssm and carried (Vulkan run 25: bench/results/h200/notes.md, History). */
 #include <rssm.h>
 
 #include <stdio.h>
@@ -175,7 +175,7 @@ int main(int argc, char **argv)
     /* Windows of T tokens from ring position 0, none accepted (the slots
      * stay at 0), as rssm bench --verify times them, after half a second
      * of windows (a GPU idle between the host's submissions lowers its
-     * clocks: bench/results/h200_vulkan/notes.md, run 25); beside them the
+     * clocks: bench/results/h200/notes.md, History: Vulkan run 25); beside them the
      * program of the T steps they stand for (positions 0..T-1). */
     enum { T_MAX = 8, WINDOWS = 16 };
     const rssm_step_inputs win = random_inputs(T_MAX * layer_rows, qk_n, v_n, g_n, bf16_io);

@@ -5,7 +5,7 @@ on the same inputs (outputs, and the ring entries it leaves), then timed
 against T calls of Layer.run (the steps it stands for) with CUDA events.
 From the repository root on the GPU machine, with a CUDA build:
 
-    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/h200/layer_verify_check.py
+    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/check_layer_verify.py
 
 Shapes: Qwen3.5 GDN and Kimi-Linear KDA layers (docs/design.md §5), L = 16,
 fp16 ring, batch 64, windows of 2, 4 and 8 from random ring positions (the
@@ -23,9 +23,9 @@ import numpy as np
 import torch
 
 import rssm
+from benchlib import L, SHAPES
 
-L, ROWS, SLOTS = 16, 64, 80
-SHAPES = {"gdn": (16, 32, 128, 128), "kda": (32, 32, 128, 128)}  # H, HV, K, V
+ROWS, SLOTS = 64, 80
 
 
 # (state dtype, gate mode, activation dtype)

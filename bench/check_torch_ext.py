@@ -18,7 +18,7 @@ torch extension (rssm.torch_ext; RSSM_TORCH_EXT=off for the Python path):
             "path<TAB>median<TAB>p90<TAB>decode's C call median" rows for
             torch_ext_check.sh's table.
 
-    PYTHONPATH=python RSSM_LIBRARY=.devbin/librssm.so.0 python3 bench/h200/torch_ext_check.py --graph --time
+    PYTHONPATH=python RSSM_LIBRARY=.devbin/librssm.so.0 python3 bench/check_torch_ext.py --graph --time
 """
 
 from __future__ import annotations

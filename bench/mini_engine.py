@@ -12,10 +12,10 @@ CUDA graphs with each GDN step variant, with the GDN step's share of it:
 
 One graph holds a ring cycle (L steps); step = median replay / L; GDN share =
 step - base (the same stack without the GDN step). Every variant's GDN step is
-first checked against rssm's. bench/h200/mini_engine.md has the details; on
+first checked against rssm's. bench/mini_engine.md has the details; on
 the GPU, from the repository root:
 
-    PYTHONPATH=python:.peers RSSM_LIBRARY=BUILD/librssm.so python3 bench/h200/mini_engine.py --out DIR/mini_engine.json
+    PYTHONPATH=python RSSM_LIBRARY=BUILD/librssm.so python3 bench/mini_engine.py --out DIR/mini_engine.json
 
 --dry-run: on the CPU at a tiny size, rssm's cpu backend against a pure-torch
 recurrence standing in for Triton, every body run once eagerly, no timing.
@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 
 import rssm
-from graph_timing import Timer, copy_gbs, uniform
+from benchlib import Timer, copy_gbs, uniform, vllm_fla
 
 # Qwen/Qwen3-Next-80B-A3B-Instruct config.json (and Qwen3.5-35B-A3B's): hidden_size, linear_num_key_heads,
 # linear_num_value_heads, linear_{key,value}_head_dim, linear_conv_kernel_dim; shared_expert_intermediate_size
@@ -316,13 +316,9 @@ def time_batch(d, weights, B, args, dev, timer, variants):
 
 def import_triton():
     """vLLM's kernels from the git-ignored .peers/vllm_fla (tools/peer-sources)."""
-    peers = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", ".peers")
-    if os.path.isdir(peers) and peers not in sys.path:
-        sys.path.insert(0, os.path.normpath(peers))
-    import vllm_fla.fused_recurrent as recurrent
-    import vllm_fla.fused_sigmoid_gating as sigmoid
-    vf.update(sigmoid=sigmoid.fused_sigmoid_gating_delta_rule_update,
-              packed=recurrent.fused_recurrent_gated_delta_rule_packed_decode)
+    mods = vllm_fla("fused_recurrent", "fused_sigmoid_gating")
+    vf.update(sigmoid=mods["fused_sigmoid_gating"].fused_sigmoid_gating_delta_rule_update,
+              packed=mods["fused_recurrent"].fused_recurrent_gated_delta_rule_packed_decode)
 
 
 def print_table(rows, layers, info):

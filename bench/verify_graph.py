@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Speculative-decode windows as an engine runs them: rssm's per-layer verify
 (rssm.Layer.verify, docs/design.md §9) called from torch inside captured CUDA
-graphs, beside the replay step of the same layers (bench/h200/torch_graph.py's
+graphs, beside the replay step of the same layers (bench/decode_graph.py's
 tensors: vLLM's layouts, bf16 activations, raw gates, rows on a random
 permutation of the slots, >= --state-mib of state per step).
 
@@ -19,10 +19,11 @@ Per (gate, state dtype, batch, T), all in us per layer:
 The window's inputs are token-major (token t of row r at row t * B + r), one
 fresh set per window of the cycle. From the repository root on the GPU machine:
 
-    PYTHONPATH=python:bench/h200 RSSM_LIBRARY=BUILD/librssm.so \\
-        python3 bench/h200/torch_verify.py --out DIR
+    PYTHONPATH=python RSSM_LIBRARY=BUILD/librssm.so \\
+        python3 bench/verify_graph.py --out DIR
 
-Writes DIR/torch_verify.json (DIR/torch_verify-TAG.json with --tag) and prints
+(bench/run.sh's stage `verify` runs it so.) Writes DIR/verify_graph.json
+(DIR/verify_graph-TAG.json with --tag) and prints
 the table last, with the ratios the targets are stated in.
 """
 
@@ -37,7 +38,8 @@ import time
 import torch
 
 import rssm
-from torch_graph import DTYPES, L, SHAPES, LayerTensors, Timer, common_args, copy_gbs, layers_for, uniform
+from benchlib import L, SHAPES, Timer, copy_gbs, repo_commit, uniform
+from decode_graph import DTYPES, LayerTensors, common_args, layers_for
 
 
 def window_layer(gate, state_dtype, ring_dtype, B, T, backend):
@@ -124,6 +126,7 @@ def main() -> int:
             ap.error(f"--states: unknown dtype {s!r}")
     os.makedirs(args.out, exist_ok=True)
     info = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "rssm": rssm.__version__,
+            "commit": repo_commit(), "command": " ".join(["bench/verify_graph.py"] + sys.argv[1:]),
             "backend": args.backend, "ring_dtype": args.ring_dtype, "state_mib": args.state_mib, "reps": args.reps,
             "ring_len": L}
     print(" ".join(f"{k}={v}" for k, v in info.items()), flush=True)
@@ -131,7 +134,7 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(4321)
     info["copy_gbs"] = copy_gbs(timer)
     rows = []
-    name = os.path.join(args.out, f"torch_verify{'-' + args.tag if args.tag else ''}.json")
+    name = os.path.join(args.out, f"verify_graph{'-' + args.tag if args.tag else ''}.json")
     for gate in args.gates:
         for state_dtype in args.states:
             for B in args.batches:

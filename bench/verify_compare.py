@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
 """rssm's verify window beside the published ones, from one run's JSON files:
-bench/h200/torch_verify.py's (rssm_layer_verify) and bench/h200/peer_verify.py's
+bench/verify_graph.py's (rssm_layer_verify) and bench/verify_peers.py's
 (vLLM's Triton spec-decode kernels), both per layer from torch in captured CUDA
 graphs, bf16 activations and raw gates. Writes a Markdown table: for each state
 dtype, batch and window length present in both, rssm's window, the fastest
 vLLM window and which kernel it was, their ratio, and the time per accepted
 token at 100% acceptance.
 
-    bench/h200/verify_compare.py RUN/torch_verify.json RUN/peer_verify.json > peers.md
+    bench/verify_compare.py RUN/verify_graph.json RUN/verify/verify_peers.json > peers.md
 """
 
 import json

@@ -24,7 +24,7 @@ machine, with RSSM_CUDA_DEVICE unset and nothing else set up:
 
 From the repository root on the GPU machine, with a CUDA build:
 
-    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/h200/device_check.py
+    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/check_devices.py
 
 One PASS, FAIL or SKIP line per check; exit status 1 if any failed.
 (--cpu runs the comparisons cpu against cpu, to check the script itself on

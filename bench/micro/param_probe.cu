@@ -6,10 +6,10 @@
  * the size the kernels had before the per-layer entry (208 bytes) and after
  * (392 bytes), the pointers the kernels read either packed into one or two
  * 64-byte lines of the block or spread over one line each, read either in
- * a dependent chain or all at once. bench/results/h200_layer/notes.md says
- * what it measured and why.
+ * a dependent chain or all at once. What it measured and why:
+ * bench/results/h200/notes.md, History (the per-layer entry).
  *
- *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a bench/h200/param_probe.cu -o param_probe
+ *   nvcc -O3 -gencode=arch=compute_90a,code=sm_90a bench/micro/param_probe.cu -o param_probe
  *   ./param_probe
  */
 #include <cuda_runtime.h>

@@ -7,7 +7,7 @@ ring entry, state and cursor must match to --tol, and under "nonpositive"
 the rows naming slot 0 (and -1) must come out zero with slot 0 untouched.
 From the repository root on the GPU machine, with a CUDA build:
 
-    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/h200/padding_check.py
+    PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so python3 bench/check_padding.py
 
 Exit status 1 if a check failed. (--backend cpu --device cpu runs the same
 code on the CPU, to check the script itself.)

@@ -32,10 +32,10 @@ multiprocessors (rssm_backend_limit_sms), for an H20-shaped run on an H200
 under CUDA MPS (docs/bench.md). From the repository root on the GPU machine:
 
     PYTHONPATH=python RSSM_LIBRARY=BUILD/librssm.so \\
-        python3 bench/h200/torch_graph.py --cli BUILD/rssm --out DIR
+        python3 bench/decode_graph.py --cli BUILD/rssm --out DIR
 
-Writes DIR/torch_graph.json (DIR/torch_graph-TAG.json with --tag) and prints
-the table last.
+(bench/run.sh's stage `time` runs it so.) Writes DIR/decode_graph.json
+(DIR/decode_graph-TAG.json with --tag) and prints the table last.
 """
 
 from __future__ import annotations
@@ -51,13 +51,8 @@ import time
 import torch
 
 import rssm
-from graph_timing import WARMUP_S, Timer, copy_gbs, uniform  # noqa: F401 (torch_verify imports them from here)
+from benchlib import L, SHAPES, WARMUP_S, Timer, cli_rows, copy_gbs, repo_commit, uniform
 
-L = 16
-SHAPES = {  # H, HV, K, V (docs/design.md §5)
-    "gdn": (16, 32, 128, 128),
-    "kda": (32, 32, 128, 128),
-}
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 KINDS = ("packed", "uniform", "staggered", "empty", "full", "flush", "inplace")
 
@@ -117,7 +112,7 @@ def layers_for(gate, state_dtype, B, state_mib):
 
 
 def common_args(ap, batches, warmup):
-    """The options this harness and bench/h200/torch_verify.py share."""
+    """The options this harness and bench/verify_graph.py share."""
     lst = lambda s: [x for x in s.split(",") if x]
     ap.add_argument("--gates", type=lst, default=["gdn", "kda"])
     ap.add_argument("--states", type=lst, default=["fp32", "bf16"])
@@ -182,7 +177,7 @@ def time_shape(gate, state_dtype, B, args, timer, gen):
     return out
 
 
-def cli_rows(args, gate, state_dtype):
+def cli_run(args, gate, state_dtype):
     """rssm bench's rows for one gate and state dtype over every batch, per layer."""
     prefix = os.path.join(args.out, f"cli-{gate}-{state_dtype}{'-' + args.tag if args.tag else ''}")
     cmd = [args.cli, "bench", "--backend", args.backend, "--gate", gate, "--state", state_dtype, "--batch",
@@ -198,17 +193,7 @@ def cli_rows(args, gate, state_dtype):
         print(f"rssm bench failed (rc {r.returncode}): {r.stdout[-400:]}", file=sys.stderr)
         return []
     with open(prefix + ".json") as f:
-        j = json.load(f)
-    rows = []
-    for row in j["rows"]:
-        if row["status"] != "ok":
-            continue
-        per = lambda k: row[k] / row["layers"] if row.get(k) is not None else None
-        rows.append({"harness": "cli", "gate": gate, "state": state_dtype, "batch": row["batch"],
-                     "positions": row["positions"], "layers": row["layers"], "packed_us": per("packed_us"),
-                     "replay_us": per("replay_us"), "empty_us": per("empty_us"), "full_us": per("full_us"),
-                     "flush_us": per("flush_us"), "inplace_us": per("inplace_us"), "copy_gbs": j["copy_gbs"]})
-    return rows
+        return cli_rows(json.load(f))
 
 
 def main() -> int:
@@ -234,6 +219,7 @@ def main() -> int:
         rssm.backend(args.backend).limit_sms(args.sm_limit)
     props = torch.cuda.get_device_properties(0)
     info = {"device": torch.cuda.get_device_name(), "sms": props.multi_processor_count, "torch": torch.__version__,
+            "commit": repo_commit(), "command": " ".join(["bench/decode_graph.py"] + sys.argv[1:]),
             "rssm": rssm.__version__, "backend": args.backend, "ring_dtype": args.ring_dtype,
             "state_mib": args.state_mib, "reps": args.reps, "warmup_s": args.warmup, "slots": args.slots,
             "inputs": args.inputs, "sm_limit": args.sm_limit,
@@ -244,7 +230,7 @@ def main() -> int:
     gen = torch.Generator(device="cuda").manual_seed(1234)
     info["copy_gbs"] = copy_gbs(timer)
     rows = []
-    name = os.path.join(args.out, f"torch_graph{'-' + args.tag if args.tag else ''}.json")
+    name = os.path.join(args.out, f"decode_graph{'-' + args.tag if args.tag else ''}.json")
 
     def save():  # after every shape, so a run stopped part way keeps what it measured
         with open(name, "w") as f:
@@ -271,7 +257,7 @@ def main() -> int:
                       + f" ({time.perf_counter() - t0:.1f} s)", flush=True)
                 save()
             if args.cli:
-                rows += cli_rows(args, gate, state_dtype)
+                rows += cli_run(args, gate, state_dtype)
                 save()
 
     cli_copy = max((r["copy_gbs"] for r in rows if r["harness"] == "cli"), default=None)

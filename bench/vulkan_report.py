@@ -1,39 +1,55 @@
 #!/usr/bin/env python3
-"""The H200 Vulkan report: the JSON of `rssm bench --out` for each Vulkan
-variant and for CUDA, from one run of bench/h200/run.sh, against the Vulkan
-targets (docs/h200.md).
+"""The Vulkan targets on a GPU (docs/h200.md, "The Vulkan targets"): the
+JSON of `rssm bench --out` for each Vulkan variant and for CUDA, from one
+run of bench/run.sh (stages `time` and `vulkan`), against them.
 
 usage: vulkan_report.py CUDA.json PORTABLE.json COOPMAT.json OUT_DIR
 PORTABLE.json is `rssm bench` of the portable kernels (`vulkan`, the default,
 or `vulkan:portable`), COOPMAT.json of the cooperative-matrix ones
-(`vulkan:coopmat`). Writes OUT_DIR/summary.json (the keys of
-bench/results/h200/summary.json, `backend` = vulkan:portable or
-vulkan:coopmat, per step per layer) and OUT_DIR/results.md (the targets,
-then every row). Uses report.py's per-layer rows.
+(`vulkan:coopmat`). Writes OUT_DIR/vulkan.md (the targets, then every row,
+per step per layer) and prints the targets; the rows of record are
+bench/record.py's (summary.json).
 """
 import json
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from report import fmt, normalise, ratio  # noqa: E402
 
+def normalise(data):
+    """The rows of `rssm bench`, per layer, under the names used here; rows
+    that were not timed (status other than ok) are left out and returned
+    apart."""
+    rows, untimed = [], []
+    copy = data["copy_gbs"]
+    for r in data["rows"]:
+        if r["status"] != "ok":
+            untimed.append(r)
+            continue
+        n = r["layers"]
 
-def summary(rows, backend):
-    """summary.json: one object per configuration timed, per step per layer."""
-    out = []
-    for r in rows:
-        uni = r["positions"] == "uniform"
-        out.append({
-            "backend": backend, "gate": r["kind"], "state": r["state"], "batch": r["batch"],
-            "positions": r["positions"], "ring_len": r["L"], "packed_us": r["packed_us"],
-            "replay_us": r["us_per_step"], "inplace_us": r.get("inplace_us"),
-            "copy_gbs": r.get("copy_gbps"),
-            "empty_us": r["empty_ring_us"] if uni else None,
-            "full_us": r["full_ring_us"] if uni else None,
-            "flush_us": r["flush_us"] if uni else None,
+        def per_layer(key):
+            v = r.get(key)
+            return None if v is None else v / n
+        rows.append({
+            "kind": r["gate"], "state": r["state_dtype"], "ring": data["ring_dtype"], "L": r["ring_len"],
+            "batch": r["batch"], "positions": r["positions"], "layers": n,
+            "us_per_step": per_layer("replay_us"), "packed_us": per_layer("packed_us"),
+            "inplace_us": per_layer("inplace_us"), "gbps": r["replay_gbs"],
+            "pct_copy_bw": 100.0 * r["replay_gbs"] / copy, "packed_pct_copy_bw": 100.0 * r["packed_gbs"] / copy,
+            "replay_over_packed": r["speedup"], "empty_ring_us": per_layer("empty_us"),
+            "full_ring_us": per_layer("full_us"), "flush_us": per_layer("flush_us"), "copy_gbps": copy,
         })
-    return out
+    return rows, untimed
+
+
+def fmt(x, spec="{:.2f}"):
+    return "-" if x is None else spec.format(x)
+
+
+def ratio(a, b):
+    return None if a is None or b is None or b == 0 else a / b
+
+
 
 
 def load(path):
@@ -96,18 +112,14 @@ def main():
         sys.exit(__doc__)
     cuda_path, out_dir = sys.argv[1], sys.argv[4]
     cuda_data, cuda = load(cuda_path)
-    variants, everything, devices = {}, [], set()
+    variants, devices = {}, set()
     for name, p in (("vulkan:portable", sys.argv[2]), ("vulkan:coopmat", sys.argv[3])):
         data, rows = load(p)
         variants[name] = rows
-        everything += summary(list(rows.values()), name)
         devices.add(data["device"])
     os.makedirs(out_dir, exist_ok=True)
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(everything, f, indent=1)
     lines = [f"# rssm Vulkan decode on {', '.join(sorted(devices))}", "",
-             "From `rssm bench` (docs/bench.md) per variant, each file from one run (which runs: "
-             "notes.md beside this file); microseconds per step per layer, one dispatch per layer, each "
+             "From `rssm bench` (docs/bench.md) per variant, each file from one run; microseconds per step per layer, one dispatch per layer, each "
              "after the one before it; copy ceiling and in-place bound measured by compute shaders in the "
              f"variant's run (copy {cuda_data['copy_gbs']:.0f} GB/s by CUDA in its run).", "", "## Targets", "", "| target | measured | met |", "|---|---|---|"]
     for name, value, ok in targets(cuda, variants):
@@ -123,7 +135,7 @@ def main():
                          f"| {r['packed_us']:.2f} | {r['us_per_step']:.2f} | {r['replay_over_packed']:.2f} "
                          f"| {fmt(r['inplace_us'])} | {fmt(r['empty_ring_us'])} | {fmt(r['full_ring_us'])} "
                          f"| {fmt(r['flush_us'])} | {fmt(c.get('packed_us'))} | {fmt(c.get('us_per_step'))} |")
-    with open(os.path.join(out_dir, "results.md"), "w") as f:
+    with open(os.path.join(out_dir, "vulkan.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines[:lines.index("## All rows")]))
 

@@ -8,7 +8,7 @@ layer call and the kernel time per layer, beside `rssm bench` for the same
 shape. From the repository root on the GPU machine, with a CUDA build:
 
     PYTHONPATH=python RSSM_LIBRARY=$BUILD/librssm.so \\
-        python3 bench/h200/layer_check.py --cli $BUILD/rssm [--out DIR]
+        python3 bench/check_layer.py --cli $BUILD/rssm [--out DIR]
 
 Prints a short table last and writes DIR/layer_check.json. Exit status 1 if a
 check failed. Shapes: Qwen3.5 GDN and Kimi-Linear KDA layers (docs/design.md
@@ -32,13 +32,7 @@ import time
 import torch
 
 import rssm
-from graph_timing import WARMUP_S, captured_warm  # bench/h200/, the script's own folder
-
-L = 16
-SHAPES = {  # H, HV, K, V
-    "gdn": (16, 32, 128, 128),
-    "kda": (32, 32, 128, 128),
-}
+from benchlib import L, SHAPES, WARMUP_S, captured_warm  # bench/, the script's own folder
 STATE_MIB = 256  # state touched per step, far beyond the 60 MB L2 (rssm bench's default)
 GATE_MODE = "raw"  # --gate-mode: the op's and rssm bench's
 GATE_LOWER_BOUND = -5.0  # raw-safe's bound, as rssm's model presets

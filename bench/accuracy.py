@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Accuracy against a float64 recurrence on an engine-shaped decode: rssm's
 per-layer entry and SGLang's ReplaySSM kernel on the same steps, side by
-side (README, "What rssm gives an engine"; bench/results/h200_accuracy/).
+side (README, "What rssm gives an engine"; its results go to bench/results/<shape>/ once run).
 
 An engine's decode, not a benchmark's: B rows on shuffled slots; rows join
 at different steps, each with a fresh (prefill) state and an empty ring, so
@@ -31,7 +31,7 @@ fused_recurrent_linear_replayssm.py imports only torch and triton, so it is
 loaded as it is, nothing changed. On the GPU, from the repository root,
 with a CUDA build of librssm (docs/h200.md):
 
-    PYTHONPATH=python RSSM_LIBRARY=.devbin/librssm.so.0 python3 bench/h200/accuracy_check.py \\
+    PYTHONPATH=python RSSM_LIBRARY=.devbin/librssm.so.0 python3 bench/accuracy.py \\
         --sglang-wheel .whl/sglang-0.5.23-*.whl --out $OUT/accuracy.json
 
 --dry-run: on the CPU, rssm's cpu backend alone against the reference (no
@@ -41,39 +41,22 @@ SGLang, no GPU), a few steps at a small batch: checks the harness.
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
 import math
 import sys
-import tempfile
-import zipfile
 from pathlib import Path
 
 import numpy as np
 import torch
 
 import rssm
+from benchlib import sglang_replayssm
 
 SHAPES = {  # rssm's presets qwen3.5-gdn and kimi-linear-kda (common/model.c)
     "gdn": dict(H=16, HV=32, K=128, V=128),
     "kda": dict(H=32, HV=32, K=128, V=128),
 }
 DT = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
-SGLANG_FILE = "sglang/kernels/ops/attention/linear/fused_recurrent_linear_replayssm.py"
-
-
-def load_sglang(wheel: str):
-    """SGLang's ReplaySSM module, from its wheel, unchanged."""
-    with zipfile.ZipFile(wheel) as z:
-        src = z.read(SGLANG_FILE)
-    path = Path(tempfile.mkdtemp()) / "sglang_replayssm.py"
-    path.write_bytes(src)
-    spec = importlib.util.spec_from_file_location("sglang_replayssm", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.fused_recurrent_linear_replayssm_decode
-
-
 class Schedule:
     """The engine's side, shared by every contestant: which sequence each
     row holds and on which slot, the slots' cursors, the step's inputs."""
@@ -275,7 +258,7 @@ def main(argv=None) -> int:
     else:
         if not args.sglang_wheel:
             ap.error("--sglang-wheel is needed (or --dry-run)")
-        dev, backend, sglang = "cuda", "cuda", load_sglang(args.sglang_wheel)
+        dev, backend, sglang = "cuda", "cuda", sglang_replayssm(args.sglang_wheel)
     torch.manual_seed(args.seed)
     info = dict(device=torch.cuda.get_device_name() if dev == "cuda" else "cpu", torch=torch.__version__,
                 rssm=rssm.__version__, library=str(rssm.library_path()), sglang_wheel=args.sglang_wheel,

@@ -1,8 +1,8 @@
 /* How fast two threads stream a state pool on this machine, outside the
  * library: the measurements behind RSSM_CPU_PREFETCH_AHEAD (cpu/cpu_kernels.h)
- * and bench/results/local/cpu.md. Needs AVX-512F.
+ * and bench/results/local/notes.md. Needs AVX-512F.
  *
- *   gcc -O3 -march=native bench/local/stream_probe.c -o /tmp/stream_probe -lpthread
+ *   gcc -O3 -march=native bench/micro/stream_probe.c -o /tmp/stream_probe -lpthread
  *   /tmp/stream_probe 1920          # MiB; prints one line per pass
  *
  * Passes over the same buffer (2 MiB huge pages where the kernel gives them),

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A published speculative-decode verify for Gated DeltaNet, vLLM's Triton
 spec decode, timed the way the engine calls it, to set beside rssm's own
-window (bench/h200/torch_verify.py, whose conventions this follows: captured
+window (bench/verify_graph.py, whose conventions this follows: captured
 CUDA graphs replayed back to back, median of --reps, bf16 activations and raw
 gates, random inputs never near zero, rows on a random permutation of the
 slots, enough layers that one pass touches >= --state-mib of state, us per
@@ -48,7 +48,7 @@ torch reference of the gated delta rule on 4 rows (num_accepted T, T - 1,
 fails is not timed and the exit status is 1. From the repository root on the
 GPU machine, with .peers carried:
 
-    PYTHONPATH=.peers python3 bench/h200/peer_verify.py --json OUT/peer_verify.json
+    python3 bench/verify_peers.py --json OUT/verify_peers.json
 
 --dry-run runs the same code on the CPU under triton's interpreter
 (TRITON_INTERPRET=1) without graphs or timing, for small --batches.
@@ -66,8 +66,8 @@ import time
 import torch
 import torch.nn.functional as F
 
-import graph_timing
-from graph_timing import Timer, copy_gbs
+import benchlib
+from benchlib import Timer, copy_gbs, vllm_fla
 
 H, HV, K, V = 16, 32, 128, 128  # the peers' GDN shape (shared/peers-h200.json)
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
@@ -80,8 +80,8 @@ vf = {}  # vLLM's modules, imported in main (after TRITON_INTERPRET is set for -
 
 
 def uniform(shape, lo, hi, dtype, gen):
-    """graph_timing's, on DEVICE (the CPU in a --dry-run)."""
-    return graph_timing.uniform(shape, lo, hi, dtype, gen, DEVICE)
+    """benchlib's, on DEVICE (the CPU in a --dry-run)."""
+    return benchlib.uniform(shape, lo, hi, dtype, gen, DEVICE)
 
 
 def dry_timer(body):
@@ -96,7 +96,7 @@ def state_bytes(state_dtype):
 
 def layers_for(state_dtype, B, state_mib):
     """Layers per pass so that one window of each reads >= state_mib MiB of
-    state (torch_graph.py's count for B slots)."""
+    state (decode_graph.py's count for B slots)."""
     return max(1, math.ceil(state_mib * (1 << 20) / (B * state_bytes(state_dtype))))
 
 
@@ -299,17 +299,10 @@ def main() -> int:
     elif not torch.cuda.is_available():
         ap.error("no CUDA device (--dry-run runs on the CPU)")
 
-    import vllm_fla.fused_gdn_decode_post_conv_mtp as mtp
-    import vllm_fla.fused_recurrent as recurrent
-    import vllm_fla.fused_sigmoid_gating as sigmoid
-    import vllm_fla.gating as gating
-    vf.update(recurrent=recurrent, sigmoid=sigmoid, mtp=mtp, gating=gating)
-    if args.dry_run:  # the interpreter patches tl's builtins, not op.py's aliases of them (exp = tl.exp)
-        import triton.language as tl
-        for m in vf.values():
-            for name in ("exp", "exp2", "log", "log2"):
-                if getattr(m, name, None) is getattr(tl, name):
-                    setattr(m, name, lambda x, _n=name: getattr(tl, _n)(x))
+    mods = vllm_fla("fused_gdn_decode_post_conv_mtp", "fused_recurrent", "fused_sigmoid_gating", "gating",
+                    interpret=args.dry_run)
+    vf.update(recurrent=mods["fused_recurrent"], sigmoid=mods["fused_sigmoid_gating"],
+              mtp=mods["fused_gdn_decode_post_conv_mtp"], gating=mods["gating"])
 
     info = {"device": torch.cuda.get_device_name() if DEVICE == "cuda" else "cpu (dry run, triton interpreter)",
             "torch": torch.__version__, "triton": __import__("triton").__version__, "vllm": peer_source(),
