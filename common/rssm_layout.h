@@ -106,7 +106,7 @@
  *
  * Constant for the life of a batch or a layer object: kernel arguments on
  * CUDA, the CPU kernel's parameters; the Vulkan host turns them into its
- * shaders' specialization and push constants (vk/vk_pipeline.c). Nothing in
+ * shaders' specialization and push constants (vk/vk_decode.c). Nothing in
  * here changes between steps (that lives in the step header). An X-macro,
  * so the C and CUDA sides declare the same 32-bit words in the same order.
  */

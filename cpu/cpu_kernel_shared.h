@@ -213,7 +213,7 @@ static inline void prefetch_bytes(const void *p, size_t bytes)
  * cover the memory latency once a pass does arithmetic between its loads:
  * on the development VM two threads summing 512-byte rows against two
  * vectors read 1920 MiB in 78-87 ms alone and in 56-62 ms requesting each
- * row 512 B to 2 KiB ahead (4 KiB and more: 68-77 ms; bench/local/
+ * row 512 B to 2 KiB ahead (4 KiB and more: 68-77 ms; bench/micro/
  * stream_probe.c). So each block of a pass requests the block this many
  * bytes on (into the next head at the end of one); requests far ahead, or
  * a head's start requested up front, made steps slower. */

@@ -365,7 +365,8 @@ __device__ __forceinline__ uint32_t bytes_of(Dtype t) { return t.code == (uint32
  * issued. load_io's conversion, inside the branch, made each load wait for
  * its data before the next was issued: in channel_inputs q, k, the gate
  * and beta were four global round trips in a row on the prologue's
- * critical path (bench/results/h200_layer/notes.md). */
+ * critical path (bench/results/h200/notes.md,
+ * History: the per-layer entry). */
 __device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, Dtype t, bool in)
 {
     const bool wide = t.code == (uint32_t)kF32;
@@ -380,7 +381,8 @@ __device__ __forceinline__ uint32_t load_io_bits(const void *p, size_t i, Dtype 
 /* Both conversions are formed and one selected, so that no branch splits
  * the code around a load or store of these arrays: branches on the dtype
  * made the bf16-state bulk kernels 4-5% slower at batch 256 than the
- * predicated bf16/fp32 code they replaced (bench/results/h200_engines/notes.md). */
+ * predicated bf16/fp32 code they replaced (bench/results/h200/notes.md,
+ * History: an engine developer's checks). */
 __device__ __forceinline__ float io_value(uint32_t bits, Dtype t)
 {
     const float b16 = bf16_to_f(bits), h16 = f16_to_f(bits & 0xffffu);

@@ -8,7 +8,8 @@
  *
  * Why: the pipeline kernel (decode_kernel.cu) stages every item through
  * shared memory and CTA barriers and computes the ring coefficients inside
- * each item, on the critical path of the stream (bench/results/h200_notes.md).
+ * each item, on the critical path of the stream (bench/results/h200/notes.md, History:
+ * the earlier CUDA passes).
  * Here each warp owns 8 * RPL value rows of one (batch row, value head),
  * loads its whole tile into registers with independent 16-byte loads (all
  * in flight at once), computes and, on a flush, writes the tile back from
@@ -35,7 +36,7 @@
  *    kernel (a programmatic dependent of it, its records through L2): on
  *    the H200 at batch 1 the one launch took 4.1-4.7 us for an empty-ring
  *    step where the pair took 4.6-5.5, 8.3-9.7 for a flush against
- *    10.5-11.2 (bench/results/h200_cuda/notes.md).
+ *    10.5-11.2 (bench/results/h200/notes.md, CUDA).
  */
 #include "rssm_cuda.h"
 
@@ -311,7 +312,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
      * per entry. The ring's copies are waited for
      * only after the inputs' sums: waiting first held the inputs' work
      * behind the tile's loads (0.5 us more per step at batch 1 on the H200,
-     * bench/results/h200_cuda/notes.md). */
+     * bench/results/h200/notes.md, CUDA). */
     cp_wait(0);
     __syncthreads();
     const bool mine = c < K;

@@ -35,7 +35,7 @@
  *    (their d kept in shared memory as the ring holds them), d, o and the
  *    append of d. The tile is never written back: a window has no flush.
  *
- * On the H200 (bench/results/h200_verify/notes.md) a window of 4 costs
+ * On the H200 (bench/results/h200/notes.md, verify) a window of 4 costs
  * 1.47-1.73x one replay step at batch 16 to 256 and 0.38-0.42x its four
  * steps at batch 256; profiled at batch 256, the persistent readout streams
  * at about 64% of DRAM bandwidth and the coefficient kernel takes a fifth

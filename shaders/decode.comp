@@ -83,7 +83,7 @@
 // so that a subgroup has as many bytes of state in flight per block, in as
 // many registers, as an fp32 block of RSSM_VK_ROW_BLOCK rows, and a
 // workgroup makes half the passes (docs/design.md §8). The packed step, and
-// a replay step's read-only rows only (vk/vk_pipeline.c): the rows that
+// a replay step's read-only rows only (vk/vk_decode.c): the rows that
 // flush update their block in fp32, which an fp32 copy of twice the rows
 // would not leave the registers for.
 #ifndef RSSM_STATE16
@@ -93,7 +93,7 @@
 #error "the _s16 modules are the GPU's portable packed and replay kernels"
 #endif
 
-// Specialization constants (ids in vk_abi.h); the host (vk/vk_pipeline.c)
+// Specialization constants (ids in vk_abi.h); the host (vk/vk_decode.c)
 // sets every one.
 layout(constant_id = RSSM_VK_SPEC_GATE_KIND) const uint GATE_KIND = 0u;  // RSSM_CODE_GATE_*
 #if RSSM_RUNTIME_SHAPE
@@ -172,14 +172,14 @@ layout(constant_id = RSSM_VK_SPEC_NUM_QK_HEADS) const uint NUM_QK_HEADS = 1u;
 layout(constant_id = RSSM_VK_SPEC_NUM_V_HEADS) const uint NUM_V_HEADS = 1u;
 #endif
 // Workgroups per value head, each with V / ROW_SPLIT consecutive rows (a
-// multiple of SG_COUNT * ROW_BLOCK; the host decides, vk/vk_pipeline.c). A
+// multiple of SG_COUNT * ROW_BLOCK; the host decides, vk/vk_decode.c). A
 // small batch has too few (row, head) pairs to keep a GPU's memory busy,
 // and a workgroup's passes over its rows are a chain of memory round trips;
 // each workgroup of a head repeats the per-channel and ring-coefficient work.
 layout(constant_id = RSSM_VK_SPEC_ROW_SPLIT) const uint ROW_SPLIT = 1u;
 // 1: a subgroup issues the loads of its next block of rows before it
 // reduces the current one, so a block's memory latency overlaps the work
-// on the one before; costs a second block of registers (vk/vk_pipeline.c).
+// on the one before; costs a second block of registers (vk/vk_decode.c).
 layout(constant_id = RSSM_VK_SPEC_PREFETCH) const uint PREFETCH = 0u;
 // 1 on a GPU: the walk over the ring entries in the coefficient pass is
 // unrolled, so that its loads go out together and its per-entry registers

@@ -24,7 +24,7 @@
 #define RSSM_VK_ROW_BLOCK_S16 8
 
 /* The decode shaders' specialization-constant ids (what each means is in
- * shaders/decode.comp); vk/vk_pipeline.c sets every one. */
+ * shaders/decode.comp); vk/vk_decode.c sets every one. */
 #define RSSM_VK_SPEC_GATE_KIND 0
 #define RSSM_VK_SPEC_HEAD_K 1
 #define RSSM_VK_SPEC_HEAD_V 2
@@ -61,7 +61,7 @@
 #define RSSM_VK_SPEC_RG_HEAD 27
 // A window pipeline's token capacity (shaders/window.glsl's WINDOW_T): its
 // shared arrays hold that many tokens, so that a window of a few tokens does
-// not pay a GPU's residency for the ring's worth (vk/vk_pipeline.c).
+// not pay a GPU's residency for the ring's worth (vk/vk_decode.c).
 #define RSSM_VK_SPEC_WINDOW_T 28
 #define RSSM_VK_SPEC_COUNT 29
 
@@ -110,7 +110,7 @@
  * specialization constants): {K, V, L} rooms in order of preference; a
  * model takes the first whose arrays fit the device's shared memory, each
  * extent the room's where the model's is within it, else its own
- * (vk/vk_pipeline.c), so that the models within a room share a pipeline.
+ * (vk/vk_decode.c), so that the models within a room share a pipeline.
  * On lavapipe (32 KiB) the portable kernels and the window take the first,
  * the emulated tiles the last. */
 #define RSSM_VK_ROOMS {128, 256, 32}, {128, 256, 16}, {128, 128, 32}, {128, 128, 16}

@@ -36,7 +36,7 @@
 // window has none) holds drafts; pc.rows_word carries t_max (low 16 bits)
 // and the first token of this dispatch (high 16 bits): a window longer than
 // the pipeline's token capacity T_CAP is dispatched in parts of T_CAP tokens
-// (vk/vk_pipeline.c), each after the one before, and a part's tokens see
+// (vk/vk_decode.c), each after the one before, and a part's tokens see
 // the earlier parts' entries in the ring as committed ones (they are there,
 // as the steps would have put them), with n moved past them. A padding row
 // zeroes the outputs of the part's tokens; tokens past T are left alone.

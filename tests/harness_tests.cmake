@@ -17,7 +17,7 @@ set_tests_properties(conform_gdn conform_kda PROPERTIES
   LABELS "conformance"
   TIMEOUT 1500)
 
-# What a GPU runs and a CPU device does not by default (vk/vk_pipeline.c): a
+# What a GPU runs and a CPU device does not by default (vk/vk_decode.c): a
 # value head split over several workgroups, a replay step as one dispatch of
 # every row (the portable variant; the tiles' flush keeps two), the prefetched row blocks and
 # the modules specialised for the model's strides, head counts, ring length

@@ -2,8 +2,8 @@
  * of each compute capability loads, what the device choice says a device
  * must be, and which kernels a device may launch given what CUDA says of
  * the code it loaded; CUDA's answers are made up here, so every rule and
- * message runs without a GPU. bench/h200/portable_check.sh checks the
- * cuda backend's own answers on an H200 given a build of compute_80 PTX. */
+ * message runs without a GPU. bench/run.sh's stage portable checks the
+ * cuda backend's own answers on a GPU given a build of compute_80 PTX. */
 #include "test_support.h"
 
 #include "targets.h"

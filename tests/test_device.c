@@ -4,7 +4,7 @@
  * and batch calls refuse device memory. The device API's answers are made
  * up here (the cpu backend with a made-up `place`, backend.h), so every
  * rule and its wiring run without a GPU; the cuda backend's own answers
- * are checked on a GPU by bench/h200/device_check.py. */
+ * are checked on a GPU by bench/check_devices.py. */
 #include "test_support.h"
 
 #include "objects.h"

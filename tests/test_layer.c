@@ -6,7 +6,7 @@
  * refused with a message. Host pointers on the cpu backend; on vulkan the
  * same tensors in buffers of the device, each call recorded into a command
  * buffer (tests/layer_memory.h). The cuda path is checked on a GPU by
- * bench/h200/layer_check.py. */
+ * bench/check_layer.py. */
 #include "dtype.h"
 #include "layer_memory.h"
 #include "test_support.h"

@@ -1,5 +1,7 @@
-/* The Vulkan backend's ops table: device, pool and slot transfers here;
- * batches in vk_batch.c, the benchmark entries in vk_bench.c. */
+/* The Vulkan backend's ops table, the top of vk/ (vk/README.md, "Files"):
+ * device, pool and slot transfers here; batches in vk_batch.c, their
+ * windows in vk_window.c, layers in vk_layer.c, the benchmark entries in
+ * vk_bench.c. */
 #include "vk_internal.h"
 #include "error.h"
 
@@ -18,6 +20,16 @@ static rssm_status vk_create(const char *variant, int device, void **ctx, rssm_e
 }
 
 static void vk_destroy(void *ctx) { vk_ctx_destroy(ctx); }
+
+/* A batch, then the window its verifies made (vk_window.c, above the
+ * batch): vk_batch_destroy waits for the queue, after which nothing of the
+ * window is in use. */
+static void vk_batch_destroy_op(void *ctx, void *batch)
+{
+    vk_window *w = batch ? ((vk_batch *)batch)->window : NULL;
+    vk_batch_destroy(ctx, batch);
+    vk_window_destroy(ctx, w);
+}
 
 static const char *vk_device(void *ctx) { return ((vk_ctx *)ctx)->device_line; }
 
@@ -199,7 +211,7 @@ const rssm_backend_ops rssm_vulkan_backend_ops = {
     .slot_read = vk_slot_read,
     .slot_write = vk_slot_write,
     .batch_create = vk_batch_create,
-    .batch_destroy = vk_batch_destroy,
+    .batch_destroy = vk_batch_destroy_op,
     .batch_set_gate_params = vk_batch_set_gate_params,
     .batch_upload = vk_batch_upload,
     .batch_run = vk_batch_run,

@@ -13,7 +13,6 @@
  * be read or written costs compile time, never a failure: what happened is
  * in rssm_backend_describe. */
 #include "vk_internal.h"
-#include "error.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -93,7 +92,7 @@ static unsigned char *read_file(const char *path, size_t *size)
     return data;
 }
 
-rssm_status vk_cache_create(vk_ctx *ctx, rssm_error *err)
+VkResult vk_cache_create(vk_ctx *ctx)
 {
     pthread_mutex_init(&ctx->cache_lock, NULL);
     ctx->cache_lock_ready = true;
@@ -130,10 +129,9 @@ rssm_status vk_cache_create(vk_ctx *ctx, rssm_error *err)
     };
     VkResult r = ctx->vk.vkCreatePipelineCache(ctx->device, &cci, NULL, &ctx->pipeline_cache);
     free(data);
-    if (r != VK_SUCCESS)
-        return vk_fail(ctx, r, "vkCreatePipelineCache", err);
-    ctx->cache_bytes = size;
-    return RSSM_OK;
+    if (r == VK_SUCCESS)
+        ctx->cache_bytes = size;
+    return r;
 }
 
 void vk_cache_store(vk_ctx *ctx)

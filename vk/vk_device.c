@@ -476,7 +476,9 @@ static rssm_status create_queue_objects(vk_ctx *ctx, rssm_error *err)
     VkFenceCreateInfo fci = {.sType = VK_STRUCTURE_TYPE_FENCE_CREATE_INFO};
     if ((r = ctx->vk.vkCreateFence(ctx->device, &fci, NULL, &ctx->transfer_fence)) != VK_SUCCESS)
         return vk_fail(ctx, r, "vkCreateFence", err);
-    return vk_cache_create(ctx, err);
+    if ((r = vk_cache_create(ctx)) != VK_SUCCESS)
+        return vk_fail(ctx, r, "vkCreatePipelineCache", err);
+    return RSSM_OK;
 }
 
 rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err)
@@ -550,7 +552,15 @@ void vk_ctx_destroy(vk_ctx *ctx)
     ctx->destroying = true;
     if (ctx->device) {
         ctx->vk.vkDeviceWaitIdle(ctx->device);
-        vk_shared_destroy(ctx);
+        /* the device's shared pipelines and layouts (vk_shared.c made them) */
+        for (size_t i = 0; i < ctx->shared_count; i++)
+            ctx->vk.vkDestroyPipeline(ctx->device, ctx->shared[i].pipeline, NULL);
+        for (int i = 0; i < 2; i++) {
+            if (ctx->shared_layout[i])
+                ctx->vk.vkDestroyPipelineLayout(ctx->device, ctx->shared_layout[i], NULL);
+            if (ctx->shared_set_layout[i])
+                ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, ctx->shared_set_layout[i], NULL);
+        }
         if (ctx->pipeline_cache)
             ctx->vk.vkDestroyPipelineCache(ctx->device, ctx->pipeline_cache, NULL);
         if (ctx->transfer_fence)
@@ -563,7 +573,7 @@ void vk_ctx_destroy(vk_ctx *ctx)
         ctx->fi.DestroyDebugUtilsMessengerEXT(ctx->instance, ctx->messenger, NULL);
     if (ctx->instance)
         ctx->fi.DestroyInstance(ctx->instance, NULL);
-    free(ctx->shared); /* a device that never came up */
+    free(ctx->shared);
     pthread_mutex_destroy(&ctx->queue_lock);
     pthread_mutex_destroy(&ctx->shared_lock);
     if (ctx->cache_lock_ready)

@@ -1,5 +1,7 @@
 /* The Vulkan backend's own objects, shared by the files of vk/. Nothing
- * outside vk/ includes this: common code sees only the ops table. */
+ * outside vk/ includes this: common code sees only the ops table. The
+ * declarations below go by file, lowest first: a file calls only the files
+ * above its own section (vk/README.md, "Files"; tools/layers checks it). */
 #ifndef RSSM_VK_INTERNAL_H
 #define RSSM_VK_INTERNAL_H
 
@@ -83,11 +85,11 @@ typedef struct vk_ctx {
     bool runtime_shape;
     /* Measurement overrides of six kernel choices (vk/README.md):
      * RSSM_VK_ROW_SPLIT=N (workgroups per value head, at most N; 0: the
-     * rule in vk_pipeline.c), RSSM_VK_PREFETCH=0|1,
+     * rule in vk_decode.c), RSSM_VK_PREFETCH=0|1,
      * RSSM_VK_ONE_DISPATCH=0|1, RSSM_VK_FLUSH_FIRST=0|1 and
      * RSSM_VK_WINDOW=0|1 (-1: the rule), and
      * RSSM_VK_WINDOW_TOKENS=N (a window's tokens per dispatch; 0: the
-     * rule in vk_pipeline.c). */
+     * rule in vk_decode.c). */
     uint32_t tune_row_split, tune_window_tokens;
     int tune_prefetch, tune_one_dispatch, tune_window, tune_flush_first;
     char validation_message[200];
@@ -159,7 +161,7 @@ _Static_assert(sizeof(vk_shape) == 4 * RSSM_VK_SHAPE_WORDS, "shape words are 32-
 
 /* A decode step's pipelines: the rows that flush (packed: every row) and,
  * for replay with L > 1, the rows that do not, with their workgroups per
- * value head, on one pipeline layout; or, where vk_pipeline.c's rule runs a
+ * value head, on one pipeline layout; or, where vk_decode.c's rule runs a
  * replay step as one dispatch, one pipeline of every row in `flush` and no
  * `readout`. */
 typedef struct vk_decode {
@@ -202,44 +204,6 @@ typedef struct vk_batch {
     vk_window *window;        /* NULL until the first window */
 } vk_batch;
 
-/* ---- vk_device.c */
-rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err);
-void vk_ctx_destroy(vk_ctx *ctx);
-void vk_describe(vk_ctx *ctx, char *buf, size_t size);
-/* RSSM_ERR_DEVICE "validation: ..." when the layer reported something since
- * the last call (and forgets it); RSSM_OK otherwise. */
-rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
-/* A failed Vulkan call as an rssm error naming the call. */
-rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err);
-
-/* A CPU device (lavapipe): no memory latency to hide and no clocks to ramp
- * up, where every specialization is a slow compile. */
-static inline bool vk_cpu_device(const vk_ctx *ctx) { return ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
-
-/* ---- vk_memory.c */
-/* DEVICE: device-local; HOST: host-visible and coherent, host-cached where
- * offered (staging, results the host reads); HEADER: host-visible and
- * coherent, device-local where the device can map such memory, for the
- * little the host writes and every workgroup reads at its start (the step
- * header): read from system memory, each workgroup's first loads cross the
- * bus. */
-typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST, VK_MEMORY_HEADER } vk_memory_kind;
-rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind,
-                             vk_buffer *out, rssm_error *err);
-void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
-/* Records into ctx->transfer_cmd: begin (takes queue_lock; a barrier after
- * all earlier device work) ... submit_wait (barrier to host and shader
- * reads, submit, wait; releases queue_lock). After a successful begin the
- * caller always calls submit_wait. */
-rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
-rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
-
-/* ---- vk_cache.c: the pipeline cache, kept on disk between processes */
-/* Creates ctx->pipeline_cache from the device's cache file, if any. */
-rssm_status vk_cache_create(vk_ctx *ctx, rssm_error *err);
-/* Writes the cache back when it has grown; failures go to ctx->cache_note. */
-void vk_cache_store(vk_ctx *ctx);
-
 /* ---- vk_shaders.c: the SPIR-V words built from shaders/decode.comp and
  * shaders/inplace.comp */
 typedef struct vk_spirv {
@@ -264,7 +228,104 @@ extern const vk_spirv vk_spirv_window_rt;        /* ... as a CPU device runs it 
 extern const vk_spirv vk_spirv_inplace;          /* shaders/inplace.comp */
 extern const vk_spirv vk_spirv_advance;          /* shaders/advance.comp */
 
-/* ---- vk_pipeline.c */
+/* ---- vk_cache.c: the pipeline cache, kept on disk between processes */
+/* Creates ctx->pipeline_cache from the device's cache file, if any: what
+ * vkCreatePipelineCache returned (a file that cannot be read costs compile
+ * time only). */
+VkResult vk_cache_create(vk_ctx *ctx);
+/* Writes the cache back when it has grown; failures go to ctx->cache_note. */
+void vk_cache_store(vk_ctx *ctx);
+
+/* ---- vk_device.c: the instance, the device, and its failures as rssm errors */
+rssm_status vk_ctx_create(const char *variant, vk_ctx **out, rssm_error *err);
+void vk_ctx_destroy(vk_ctx *ctx);
+void vk_describe(vk_ctx *ctx, char *buf, size_t size);
+/* RSSM_ERR_DEVICE "validation: ..." when the layer reported something since
+ * the last call (and forgets it); RSSM_OK otherwise. */
+rssm_status vk_check_validation(vk_ctx *ctx, rssm_error *err);
+/* A failed Vulkan call as an rssm error naming the call. */
+rssm_status vk_fail(vk_ctx *ctx, VkResult r, const char *what, rssm_error *err);
+
+/* A CPU device (lavapipe): no memory latency to hide and no clocks to ramp
+ * up, where every specialization is a slow compile. */
+static inline bool vk_cpu_device(const vk_ctx *ctx) { return ctx->props.deviceType == VK_PHYSICAL_DEVICE_TYPE_CPU; }
+
+/* ---- vk_memory.c: buffers, and one-shot transfers on the device's queue */
+/* DEVICE: device-local; HOST: host-visible and coherent, host-cached where
+ * offered (staging, results the host reads); HEADER: host-visible and
+ * coherent, device-local where the device can map such memory, for the
+ * little the host writes and every workgroup reads at its start (the step
+ * header): read from system memory, each workgroup's first loads cross the
+ * bus. */
+typedef enum vk_memory_kind { VK_MEMORY_DEVICE, VK_MEMORY_HOST, VK_MEMORY_HEADER } vk_memory_kind;
+rssm_status vk_buffer_create(vk_ctx *ctx, VkDeviceSize size, vk_memory_kind kind,
+                             vk_buffer *out, rssm_error *err);
+void vk_buffer_destroy(vk_ctx *ctx, vk_buffer *b);
+/* Records into ctx->transfer_cmd: begin (takes queue_lock; a barrier after
+ * all earlier device work) ... submit_wait (barrier to host and shader
+ * reads, submit, wait; releases queue_lock). After a successful begin the
+ * caller always calls submit_wait. */
+rssm_status vk_transfer_begin(vk_ctx *ctx, rssm_error *err);
+rssm_status vk_transfer_submit_wait(vk_ctx *ctx, rssm_error *err);
+
+/* ---- vk_command.c: command buffers and the barriers every recording shares */
+/* With queue_lock held (the command pool is shared): a primary command
+ * buffer from the context's pool into *cb (VK_NULL_HANDLE on failure),
+ * begun for repeated submission, `queries`' two timestamps reset first
+ * when it is not VK_NULL_HANDLE. */
+rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, rssm_error *err);
+/* Earlier shader and transfer writes before the compute shaders that follow. */
+void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* The shaders' writes to later transfers and the host. */
+void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* One dispatch's shader writes before the next dispatch's reads and writes
+ * (layer after layer, step after step, a window's part after part). */
+void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb);
+/* ---- vk_pipeline.c: a compute pipeline through the pipeline cache, and its layouts */
+/* What every compute pipeline here is laid out as: `bindings` storage
+ * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
+ * `first_count` (the pool's buffers) and the others single, one
+ * push-constant range of `push_bytes`; with `push` a push-descriptor set
+ * (VK_KHR_push_descriptor), which nothing is allocated for. Both handles are
+ * VK_NULL_HANDLE where their creation failed. */
+#define VK_MAX_BINDINGS 16u
+rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes, bool push,
+                              VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err);
+/* A compute pipeline of `spv` through the context's pipeline cache (stored
+ * afterwards); `stage_next` and `stage_flags` extend its shader stage.
+ * *out is VK_NULL_HANDLE on failure. */
+rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
+                                const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
+                                VkPipelineLayout layout, VkPipeline *out, rssm_error *err);
+
+/* ---- vk_shared.c: what every batch and layer object of a device shares,
+ * made at the first request and kept until vk_ctx_destroy. Callers never
+ * destroy what these return. */
+/* One pipeline: what it was made from, and the pipeline. */
+struct vk_shared_entry {
+    const vk_spirv *spv;
+    VkPipelineLayout layout;
+    uint32_t spec[RSSM_VK_SPEC_COUNT];
+    VkPipeline pipeline;
+};
+/* The push-constant bytes of a decode pipeline layout: vk_push, and on a
+ * runtime_shape device vk_shape after it. */
+static inline uint32_t vk_decode_push_bytes(const vk_ctx *ctx)
+{
+    return (uint32_t)(sizeof(vk_push) + (ctx->runtime_shape ? sizeof(vk_shape) : 0));
+}
+/* The decode pipeline layout of batches, or with `push` of layer objects
+ * (their descriptors pushed), and its descriptor set layout. */
+rssm_status vk_shared_layouts(vk_ctx *ctx, bool push, VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout,
+                              rssm_error *err);
+/* The pipeline of `spv` with the RSSM_VK_SPEC_COUNT specialization
+ * constants `spec` on `layout` (one of vk_shared_layouts'), as
+ * vk_compute_pipeline makes it; the same handle for the same request. */
+rssm_status vk_shared_pipeline(vk_ctx *ctx, const vk_spirv *spv, const uint32_t *spec, const void *stage_next,
+                               VkPipelineShaderStageCreateFlags stage_flags, VkPipelineLayout layout, VkPipeline *out,
+                               rssm_error *err);
+
+/* ---- vk_decode.c: the decode and window pipelines of a model, and their dispatch */
 /* Everything below takes a model as its kernel parameters (common/backend.h),
  * the one description of it a batch has. */
 /* Shared memory the decode kernel needs for these parameters with the
@@ -291,9 +352,8 @@ void vk_push_init(vk_push *pc, const rssm_kernel_params *p, const rssm_layer_io 
 rssm_status vk_decode_create(vk_ctx *ctx, const vk_shape *shape, const rssm_kernel_params *p, VkPipelineLayout layout,
                              vk_decode *d, rssm_error *err);
 void vk_decode_destroy(vk_ctx *ctx, vk_decode *d);
-/* The push-constant bytes of a decode pipeline layout, and the push of
- * *pc (and, on a runtime_shape device, d's shape after it) into cb. */
-uint32_t vk_decode_push_bytes(const vk_ctx *ctx);
+/* The push of *pc (and, on a runtime_shape device, d's shape after it)
+ * into cb. */
 void vk_decode_push(vk_ctx *ctx, VkCommandBuffer cb, const vk_decode *d, const vk_push *pc);
 /* Dispatches a step of `rows` workgroup rows over layers first ..
  * first + count - 1: the flushing rows' pipeline and the read-only rows'
@@ -330,38 +390,7 @@ uint32_t vk_row_split(const vk_ctx *ctx, const rssm_kernel_params *p, uint32_t m
 /* The kernel parameters of a valid model (for a batch of one row), for the
  * questions asked of a model before it has a batch. */
 void vk_model_params(const rssm_model *m, rssm_kernel_params *p);
-/* What every compute pipeline here is laid out as: `bindings` storage
- * buffer bindings (0 .. bindings-1) in one set, binding 0 an array of
- * `first_count` (the pool's buffers) and the others single, one
- * push-constant range of `push_bytes`; with `push` a push-descriptor set
- * (VK_KHR_push_descriptor), which nothing is allocated for. Both handles are
- * VK_NULL_HANDLE where their creation failed. */
-#define VK_MAX_BINDINGS 16u
-rssm_status vk_layouts_create(vk_ctx *ctx, uint32_t bindings, uint32_t first_count, uint32_t push_bytes, bool push,
-                              VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout, rssm_error *err);
-/* A compute pipeline of `spv` through the context's pipeline cache (stored
- * afterwards); `stage_next` and `stage_flags` extend its shader stage.
- * *out is VK_NULL_HANDLE on failure. */
-rssm_status vk_compute_pipeline(vk_ctx *ctx, const vk_spirv *spv, const VkSpecializationInfo *spec,
-                                const void *stage_next, VkPipelineShaderStageCreateFlags stage_flags,
-                                VkPipelineLayout layout, VkPipeline *out, rssm_error *err);
-
-/* ---- vk_shared.c: what every batch and layer object of a device shares,
- * made at the first request and kept until vk_shared_destroy (the backend's
- * destroy). Callers never destroy what these return. */
-/* The decode pipeline layout of batches, or with `push` of layer objects
- * (their descriptors pushed), and its descriptor set layout. */
-rssm_status vk_shared_layouts(vk_ctx *ctx, bool push, VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout,
-                              rssm_error *err);
-/* The pipeline of `spv` with the RSSM_VK_SPEC_COUNT specialization
- * constants `spec` on `layout` (one of vk_shared_layouts'), as
- * vk_compute_pipeline makes it; the same handle for the same request. */
-rssm_status vk_shared_pipeline(vk_ctx *ctx, const vk_spirv *spv, const uint32_t *spec, const void *stage_next,
-                               VkPipelineShaderStageCreateFlags stage_flags, VkPipelineLayout layout, VkPipeline *out,
-                               rssm_error *err);
-void vk_shared_destroy(vk_ctx *ctx);
-
-/* ---- vk_batch.c */
+/* ---- vk_batch.c: a batch, its recorded step, and the step's transfers */
 rssm_status vk_batch_create(void *ctx, void *pool, const rssm_kernel_params *params,
                             void **batch, rssm_error *err);
 void vk_batch_destroy(void *ctx, void *batch);
@@ -375,18 +404,6 @@ rssm_status vk_batch_download(void *ctx, void *batch, uint32_t rows, void *out, 
 double vk_batch_last_run_seconds(void *ctx, void *batch);
 /* What vk_bench.c records a step with, so that its programs run a step
  * exactly as the batch's own command buffer does. */
-/* With queue_lock held (the command pool is shared): a primary command
- * buffer from the context's pool into *cb (VK_NULL_HANDLE on failure),
- * begun for repeated submission, `queries`' two timestamps reset first
- * when it is not VK_NULL_HANDLE. */
-rssm_status vk_cmd_begin(vk_ctx *ctx, VkQueryPool queries, VkCommandBuffer *cb, rssm_error *err);
-/* Earlier shader and transfer writes before the compute shaders that follow. */
-void vk_cmd_barrier_before_compute(vk_ctx *ctx, VkCommandBuffer cb);
-/* The shaders' writes to later transfers and the host. */
-void vk_cmd_barrier_after_compute(vk_ctx *ctx, VkCommandBuffer cb);
-/* One dispatch's shader writes before the next dispatch's reads and writes
- * (layer after layer, step after step, a window's part after part). */
-void vk_cmd_barrier_compute(vk_ctx *ctx, VkCommandBuffer cb);
 /* Binds the batch's `set`, pushes its constants, dispatches one step: every
  * layer in one dispatch, or (layer_by_layer) one dispatch per layer, each
  * after the one before it, as a model runs them; flush_first as
@@ -412,6 +429,8 @@ void vk_io_layout_init(vk_io_layout *io, const rssm_kernel_params *p, VkDeviceSi
 rssm_status vk_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr, const uint32_t *drafts,
                             uint32_t t_max, const rssm_step_inputs *in, void *out, uint32_t *first_overflow,
                             rssm_error *err);
+/* A batch's window (vk_batch.window), after the batch's work is done: the
+ * ops table's batch_destroy calls it (vk_backend.c). */
 void vk_window_destroy(vk_ctx *ctx, vk_window *w);
 
 /* ---- vk_layer.c: one layer on the caller's buffers (rssm_layer_record) */

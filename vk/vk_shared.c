@@ -1,24 +1,17 @@
 /* The decode pipeline layouts and the decode and window pipelines of a
  * device, made once and shared by every batch and layer object that needs
- * the same one, for as long as the backend lives. Creating a pipeline is
- * 0.1-0.6 s of host work on a CPU device (lavapipe's NIR passes, the
- * validation layer's checks) however warm the driver's shader cache, and
- * the tests make thousands of batches of a few dozen models
- * (docs/testing.md); an engine's layer objects of one model are as many
- * requests for the same two or three pipelines. */
+ * the same one, for as long as the backend lives (vk_ctx_destroy destroys
+ * them with the device). Creating a pipeline is 0.1-0.6 s of host work on
+ * a CPU device (lavapipe's NIR passes, the validation layer's checks)
+ * however warm the driver's shader cache, and the tests make thousands of
+ * batches of a few dozen models (docs/testing.md); an engine's layer
+ * objects of one model are as many requests for the same two or three
+ * pipelines. */
 #include "error.h"
 #include "vk_internal.h"
 
 #include <stdlib.h>
 #include <string.h>
-
-/* One pipeline: what it was made from, and the pipeline. */
-struct vk_shared_entry {
-    const vk_spirv *spv;
-    VkPipelineLayout layout;
-    uint32_t spec[RSSM_VK_SPEC_COUNT];
-    VkPipeline pipeline;
-};
 
 rssm_status vk_shared_layouts(vk_ctx *ctx, bool push, VkDescriptorSetLayout *set_layout, VkPipelineLayout *layout,
                               rssm_error *err)
@@ -78,21 +71,4 @@ rssm_status vk_shared_pipeline(vk_ctx *ctx, const vk_spirv *spv, const uint32_t 
 done:
     pthread_mutex_unlock(&ctx->shared_lock);
     return st;
-}
-
-void vk_shared_destroy(vk_ctx *ctx)
-{
-    if (ctx->device) {
-        for (size_t i = 0; i < ctx->shared_count; i++)
-            ctx->vk.vkDestroyPipeline(ctx->device, ctx->shared[i].pipeline, NULL);
-        for (int i = 0; i < 2; i++) {
-            if (ctx->shared_layout[i])
-                ctx->vk.vkDestroyPipelineLayout(ctx->device, ctx->shared_layout[i], NULL);
-            if (ctx->shared_set_layout[i])
-                ctx->vk.vkDestroyDescriptorSetLayout(ctx->device, ctx->shared_set_layout[i], NULL);
-        }
-    }
-    free(ctx->shared);
-    ctx->shared = NULL;
-    ctx->shared_count = ctx->shared_cap = 0;
 }

@@ -129,8 +129,8 @@ rssm_status vk_batch_verify(void *vctx, void *vbatch, uint32_t rows, const rssm_
     if (st != RSSM_OK)
         return st;
     /* Handed back before anything changed: common code runs it one step
-     * per token. On a GPU too, as measured (bench/results/h200_vulkan/
-     * notes.md, runs 26-29): in parts of 4 tokens the kernel's window took
+     * per token. On a GPU too, as measured (bench/results/h200/notes.md,
+     * History: Vulkan runs 26-29): in parts of 4 tokens the kernel's window took
      * 0.74-0.75x its steps' program on an H200 at 16 rows, against
      * 0.80-0.81x for one step per token, but 1.37-1.97x at 256 rows,
      * against 1.15-1.34x: no better overall, so rssm's own pool takes it on

@@ -60,8 +60,8 @@ def register_torch_ops() -> bool:
     first call with a torch tensor; call it yourself before torch.compile
     if rssm was imported first. False when this torch has no
     torch.library.register_fake (torch < 2.4)."""
-    from . import _torch_ops
-    return _torch_ops.available()
+    from . import torch_ext
+    return torch_ext.register()
 
 
 def torch_extension_status() -> str:
@@ -71,11 +71,10 @@ def torch_extension_status() -> str:
     ("not built for torch ..., and no C++ compiler was found ...", "off
     ...", "build failed ..."). Registers the torch ops (importing torch,
     and building the extension the first time) if that was not done yet."""
-    if not register_torch_ops():
-        return "unavailable: this torch has no torch.library.register_fake (torch < 2.4)"
     from . import torch_ext
-    return torch_ext.status
+    return torch_ext.describe()
 
 
+_arrays.load_torch_ops = register_torch_ops
 if "torch" in _sys.modules:
     register_torch_ops()

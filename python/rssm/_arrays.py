@@ -84,13 +84,18 @@ class ArrayInfo(NamedTuple):
         return f"{self.name} (shape {list(self.shape)}, {self.dtype}, strides {list(self.strides)} elements)"
 
 
-# Set by rssm._torch_ops on import: the torch module, and that module itself
-# once the custom ops are registered. The entry points read them as plain
-# globals, so that torch.compile, tracing an entry point, meets attribute
-# reads and an isinstance rather than an import.
+# Set by rssm._torch_ops once the custom ops are registered (or cannot be):
+# the torch module, and that module itself. The entry points read them as
+# plain globals, so that torch.compile, tracing an entry point, meets
+# attribute reads and an isinstance rather than an import.
 torch_module = None
 torch_ops = None
 torch_tried = False
+# Set by the package (rssm/__init__.py): registers the torch ops on the
+# first call with a torch tensor. A hook rather than an import: the torch
+# ops are built on the modules below them, this one included (the
+# package's layers: docs/python.md, "The package's modules").
+load_torch_ops = None
 
 
 def is_torch_tensor(x: Any) -> bool:
@@ -102,9 +107,9 @@ def torch_ops_for(x: Any):
     """rssm._torch_ops when `x` is a torch tensor and the custom ops are
     registered (registering them on the first such call), else None."""
     if not torch_tried:
-        if not is_torch_tensor(x):
+        if not is_torch_tensor(x) or load_torch_ops is None:
             return None
-        from . import _torch_ops  # noqa: F401  (registers the ops, sets the globals above)
+        load_torch_ops()  # registers the ops, sets the globals above
     if torch_ops is None or not isinstance(x, torch_module.Tensor):
         return None
     return torch_ops

@@ -12,8 +12,9 @@ nothing and change no shape, so shape propagation needs no more. They are
 defined through torch.library.Library, as vLLM defines its own ops: a call
 then goes from the dispatcher straight to the implementation, without the
 Python layers torch.library.custom_op wraps around it. Imported only where
-torch is (rssm imports this module when torch is already imported, or on
-the first call with a torch tensor); torch >= 2.4 for
+torch is, by rssm.torch_ext.register (which rssm calls when torch is
+already imported, or on the first call with a torch tensor), which then
+loads the extension and calls finish(); torch >= 2.4 for
 torch.library.register_fake, below which the entry points call rssm
 directly, which works eagerly but not under torch.compile.
 
@@ -129,15 +130,32 @@ if _HAVE_OPS:
                          ("_replayssm_advance_plan", _advance_plan_impl)):
         _library.define(_name + _SCHEMAS[_name])
         _library.impl(_name, _impl, "CompositeExplicitAutograd")
-    from . import torch_ext
-    compiled = torch_ext.load()
-    if not compiled:
-        for _name, _impl in (("replayssm_decode", _decode_impl), ("replayssm_materialise", _materialise_impl),
-                             ("replayssm_advance", _advance_impl)):
-            _library.impl(_name, _impl, "CompositeExplicitAutograd")
-    _decode_op = torch.ops.rssm.replayssm_decode.default
-    _materialise_op = torch.ops.rssm.replayssm_materialise.default
-    _advance_op = torch.ops.rssm.replayssm_advance.default
+
+
+finished = False  # finish() has run
+
+
+def finish(compiled_kernels: bool) -> None:
+    """The last step of registering the ops, once the compiled extension
+    (rssm.torch_ext) has added its kernels to them, or could not
+    (`compiled_kernels` False: the Python implementations run them); then
+    the entry points see the ops (rssm._arrays.torch_ops). Once."""
+    global finished, compiled, _decode_op, _materialise_op, _advance_op
+    if finished:
+        return
+    if _HAVE_OPS:
+        compiled = compiled_kernels
+        if not compiled:
+            for name, impl in (("replayssm_decode", _decode_impl), ("replayssm_materialise", _materialise_impl),
+                               ("replayssm_advance", _advance_impl)):
+                _library.impl(name, impl, "CompositeExplicitAutograd")
+        _decode_op = torch.ops.rssm.replayssm_decode.default
+        _materialise_op = torch.ops.rssm.replayssm_materialise.default
+        _advance_op = torch.ops.rssm.replayssm_advance.default
+    finished = True
+    _arrays.torch_module = torch
+    _arrays.torch_ops = sys.modules[__name__] if _HAVE_OPS else None
+    _arrays.torch_tried = True
 
 
 def decode(*args) -> None:
@@ -216,8 +234,3 @@ def current_stream_reader(device_index):
     if raw is not None:
         return lambda: raw(index) or None
     return lambda: torch.cuda.current_stream(index).cuda_stream or None
-
-
-_arrays.torch_module = torch
-_arrays.torch_ops = sys.modules[__name__] if _HAVE_OPS else None
-_arrays.torch_tried = True

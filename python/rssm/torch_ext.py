@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from . import _ext_build, _lib, _prepared
+from . import _ext_build, _lib, _prepared, _torch_ops
 
 NAME = "rssm_torch_ext"
 _HERE = Path(__file__).resolve().parent
@@ -189,6 +189,25 @@ def load() -> bool:
     return True
 
 
+def register() -> bool:
+    """Registers rssm's torch ops (rssm._torch_ops defines them) with this
+    extension's kernels where it loads (load(): built first where absent),
+    else with their Python implementations; once. False where this torch
+    has no torch.library.register_fake (torch < 2.4): then the entry points
+    call rssm directly."""
+    if not _torch_ops.finished:
+        _torch_ops.finish(_torch_ops.available() and load())
+    return _torch_ops.available()
+
+
+def describe() -> str:
+    """rssm.torch_extension_status(): registers the ops (register()), then
+    says which kernels run them, and why."""
+    if not register():
+        return "unavailable: this torch has no torch.library.register_fake (torch < 2.4)"
+    return status
+
+
 def counts() -> dict:
     """The extension's calls that found their plan, those that took the
     Python path, the plans it keeps, and those of each op (decode,
@@ -211,10 +230,14 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.command == "build":
         build(verbose=args.verbose, force=args.force)
-    import rssm
-    print(rssm.torch_extension_status())
+    print(describe())
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as `python -m rssm.torch_ext`, this file is __main__, a second
+    # copy of the module: the package's own (rssm.torch_ext) is the one whose
+    # extension the ops load, so it runs the command.
+    from rssm.torch_ext import main as package_main
+
+    sys.exit(package_main())

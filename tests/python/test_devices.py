@@ -3,7 +3,7 @@ rssm_backend_create_on_device), with one backend and one layer object per
 (device, description); arrays of one call on two devices are refused,
 naming them. Made-up CUDA arrays (__cuda_array_interface__ and a
 torch-like .device.index) and a stand-in for the C backend and layer
-objects run all of it without a GPU; bench/h200/device_check.py runs it
+objects run all of it without a GPU; bench/check_devices.py runs it
 on one."""
 
 import ctypes

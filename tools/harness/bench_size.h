@@ -25,7 +25,7 @@
  * first: 1.5 to 2.1 on the project's 2-core VM (docs/bench.md, "What is
  * swept"; less where other work held the memory bandwidth down while it
  * was measured), where the kernels' arithmetic adds to the stream instead
- * of overlapping it (bench/results/local/cpu.md). The larger, and some
+ * of overlapping it (bench/results/local/notes.md). The larger, and some
  * room, so that the estimate errs on the long side. */
 #define RH_BENCH_CPU_STEP_COPIES 2.2
 
@@ -53,7 +53,7 @@ typedef struct rh_state_size {
 rh_state_size rh_bench_state_size(size_t llc_bytes, size_t mem_bytes, double copy_bps, double steps,
                                   double budget_s);
 
-/* The timed steps of `rssm bench`'s first table (cmd_bench.c, time_model):
+/* The timed steps of `rssm bench`'s first table (bench_programs.c, bench_time_model):
  * per (gate, state, batch) configuration, the packed program of max(L)
  * steps and its in-place pass, and per ring length and positions (0
  * uniform, 1 staggered) the replay cycle of L steps, with the three

@@ -1,10 +1,15 @@
-/* What conform.c and conform_verify.c share: a step's input buffers from a
- * trace, and a pool with a batch of a case's model on one backend. Not part
- * of the harness's interface (conform.h). */
+/* What conform.c and conform_verify.c share, not part of the harness's
+ * interface (conform.h): the engine both drive (conform_engine.c: a step's
+ * input buffers from a trace, a pool with a batch of a case's model on one
+ * backend, the outputs into a trace's shapes), and the speculative-decode
+ * run that conform.c calls (conform_verify.c), which calls nothing of
+ * conform.c. */
 #ifndef RH_CONFORM_INTERNAL_H
 #define RH_CONFORM_INTERNAL_H
 
 #include "conform.h"
+
+/* ---- conform_engine.c */
 
 /* One step's inputs for `rows` rows, in the layout and dtypes the library
  * takes: [layers][rows][...], q/k/v in the io dtype. */
@@ -47,7 +52,9 @@ void rh_put_out(float *outs, const rh_trace *t, rssm_dtype io, uint32_t step, co
  * first such index in *first_bad. */
 int is_poison_free(const void *out, rssm_dtype dt, size_t n, size_t *first_bad);
 
-/* A speculative-decode trace (rh_trace.drafts, conform_verify.c): the
+/* ---- conform_verify.c */
+
+/* A speculative-decode trace (rh_trace.drafts): the
  * oracle's outputs and final states for its engine steps, and its run on
  * a backend, in the shapes of any trace's (outputs [T][layers][B][HV][V],
  * zero for a row past its window's draft tokens). */

@@ -1,0 +1,149 @@
+#!/usr/bin/env bash
+# The GPU run of the bulk kernel's tensor-core data path (docs/design.md §8,
+# "The tensor-core data path"): correctness, the readout microbenchmark, the
+# change against the previous build, and the engines' benchmark of record
+# beside the published kernels, on the full GPU and on an H20-shaped part
+# (CUDA MPS at 59%: 78 SMs). From the repository root on the GPU machine,
+# with binaries built on Debian and carried (docs/h200.md):
+#
+#   STAGES="conform sanitize micro ab" bench/tensor_cores.sh OUT_DIR
+#   STAGES="record" bench/tensor_cores.sh OUT_DIR          # full GPU
+#   STAGES="record78 ab78" bench/tensor_cores.sh OUT_DIR   # 78 SMs
+#
+# NEW (default .devbin/new/rssm) and its librssm.so beside it; OLD (default
+# .devbin/old/rssm) the build before the change; READOUT the microbenchmark
+# (bench/micro/readout.cu, default .devbin/readout); PEERS the published
+# kernels' folder and HARNESS the anchor harness (../shared/peers-harness,
+# copied into .peers/harness; its README). Stages:
+#   conform   rssm conform on cuda:bulk (the tensor-core kernels) beside
+#             cuda:stream (FFMA) on every case (CONFORM_VARIANTS), and on
+#             cuda at 40 rows (unless CONFORM_B40=0)
+#   sanitize  compute-sanitizer memcheck and racecheck of cuda:bulk on the
+#             cases that run the tensor-core paths
+#   micro     the readout microbenchmark; micro78: the same under MPS 59%
+#   ab        rssm bench of OLD and NEW on the same shapes, one table
+#   ab78      rssm bench of NEW under MPS 59% (--sm-limit 78) with the
+#             stages the plan picks and with 4 (RSSM_CUDA_BULK_STAGES)
+#   record    the anchor harness (rssm's per-layer entry from torch in CUDA
+#             graphs beside the published kernels): harness.json, table.txt
+#   record78  the same under MPS 59%: harness-78.json, table-78.txt
+set -u -o pipefail
+OUT_DIR=${1:-${OUT:-$PWD/tc-out}}
+STAGES=${STAGES:-"conform sanitize micro ab"}
+NEW=${NEW:-.devbin/new/rssm}
+OLD=${OLD:-.devbin/old/rssm}
+READOUT=${READOUT:-.devbin/readout}
+PEERS=${PEERS:-.peers/decode}
+HARNESS=${HARNESS:-.peers/harness}
+LIB=${LIB:-$(ls "$(dirname "$NEW")"/librssm.so.*.*.* 2>/dev/null | head -1)}
+AB_ARGS=${AB_ARGS:-"--gate gdn,kda --state fp32,bf16 --ring-len 16 --batch 16,64,256 --positions uniform --cycles 3"}
+mkdir -p "$OUT_DIR"
+SUMMARY=()
+note() { SUMMARY+=("$1"); echo "== $1"; }
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
+
+mps_start() {
+  export CUDA_MPS_PIPE_DIRECTORY=/tmp/rssm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rssm-mps-log
+  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+  nvidia-cuda-mps-control -d && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59
+}
+mps_stop() {
+  echo quit | nvidia-cuda-mps-control
+  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
+}
+
+stage_conform() {
+  local b=() v
+  for v in ${CONFORM_VARIANTS:-cuda:bulk cuda:stream}; do b+=(--backend "$v"); done
+  timeout 420 "$NEW" conform "${b[@]}" >"$OUT_DIR/conform.txt" 2>&1
+  note "conform ${CONFORM_VARIANTS:-cuda:bulk cuda:stream} (rc $?): $(tail -1 "$OUT_DIR/conform.txt")"
+  grep -E " FAIL " "$OUT_DIR/conform.txt" | head -20
+  [ "${CONFORM_B40:-1}" = 0 ] && return
+  timeout 240 "$NEW" conform --backend cuda --batch 40 --case ring --case state --case packed --case staggered \
+    >"$OUT_DIR/conform-b40.txt" 2>&1
+  note "conform cuda --batch 40 (rc $?): $(tail -1 "$OUT_DIR/conform-b40.txt")"
+  grep -E " FAIL " "$OUT_DIR/conform-b40.txt" | head -20
+}
+
+stage_sanitize() {
+  for tool in memcheck racecheck; do
+    timeout 200 compute-sanitizer --tool "$tool" --error-exitcode 9 "$NEW" conform --quick --jobs 1 \
+      --backend cuda:bulk --case gdn/replay/bf16-state --case kda/replay/fp16-ring-forced \
+      --case gdn/replay/bf16-state-fp16-ring --case gdn/packed/bf16-state >"$OUT_DIR/sanitize-$tool.txt" 2>&1
+    note "compute-sanitizer $tool cuda:bulk (rc $?): $(grep -m1 -E '(ERROR|RACECHECK) SUMMARY' \
+      "$OUT_DIR/sanitize-$tool.txt"); $(tail -1 "$OUT_DIR/sanitize-$tool.txt")"
+  done
+}
+
+stage_micro() {
+  timeout 200 "$READOUT" >"$OUT_DIR/micro.txt" 2>&1
+  note "readout microbenchmark (rc $?)"
+  cat "$OUT_DIR/micro.txt"
+}
+
+stage_micro78() {
+  mps_start
+  timeout 200 "$READOUT" >"$OUT_DIR/micro-78.txt" 2>&1
+  note "readout microbenchmark, MPS 59% (rc $?)"
+  mps_stop
+  cat "$OUT_DIR/micro-78.txt"
+}
+
+# us per step per layer of two rssm bench JSONs side by side
+ab_table() {
+  python3 - "$@" <<'PY'
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+la, lb = sys.argv[3:5]
+per = lambda r, k: r[k] / r["layers"] if r.get(k) else float("nan")
+print(f"{'gate':4} {'state':5} {'B':>4}  {'packed':>15}  {'replay':>15}  {'empty':>15}  {'full':>15}  {'flush':>15}   ({la} -> {lb})")
+for x, y in zip(a["rows"], b["rows"]):
+    cells = [f"{per(x, k):7.2f}>{per(y, k):7.2f}" for k in ("packed_us", "replay_us", "empty_us", "full_us", "flush_us")]
+    print(f"{x['gate']:4} {x['state_dtype']:5} {x['batch']:4}  " + "  ".join(cells))
+PY
+}
+
+stage_ab() {
+  for side in old new; do
+    cli=$NEW
+    [ $side = old ] && cli=$OLD
+    # shellcheck disable=SC2086
+    timeout 280 "$cli" bench --backend cuda $AB_ARGS --out "$OUT_DIR/ab-$side" >"$OUT_DIR/ab-$side.txt" 2>&1
+    note "rssm bench ($side build): rc $?"
+  done
+  ab_table "$OUT_DIR/ab-old.json" "$OUT_DIR/ab-new.json" old new | tee "$OUT_DIR/ab.txt"
+}
+
+stage_ab78() {
+  mps_start
+  for ns in plan 4; do
+    env=()
+    [ $ns = 4 ] && env=(RSSM_CUDA_BULK_STAGES=4)
+    # shellcheck disable=SC2086
+    env "${env[@]}" timeout 280 "$NEW" bench --backend cuda --sm-limit 78 $AB_ARGS --out "$OUT_DIR/ab78-$ns" \
+      >"$OUT_DIR/ab78-$ns.txt" 2>&1
+    note "rssm bench, MPS 59%, stages $ns: rc $?"
+  done
+  mps_stop
+  ab_table "$OUT_DIR/ab78-4.json" "$OUT_DIR/ab78-plan.json" "4 stages" "plan" | tee "$OUT_DIR/ab78.txt"
+}
+
+harness() {
+  PEERS_DIR=$PEERS PYTHONPATH=python RSSM_LIBRARY=$LIB OUT_JSON=$1 BUDGET_S=${BUDGET_S:-270} STAG_CFGS=gdn:fp32 \
+    CONFIGS=${CONFIGS:-gdn:fp32,kda:fp32,gdn:bf16,kda:bf16} BATCHES=${BATCHES:-1,16,64,128,256,512} \
+    PYTHONUNBUFFERED=1 timeout 330 python3 "$HARNESS/anchor_bench.py" >"${1%.json}.log" 2>&1
+  note "anchor harness $(basename "$1") (rc $?)"
+  python3 "$HARNESS/table.py" "$1" | tee "${1%.json}-table.txt"
+}
+
+stage_record() { harness "$OUT_DIR/harness.json"; }
+stage_record78() {
+  mps_start
+  BATCHES=${BATCHES78:-16,64,256} harness "$OUT_DIR/harness-78.json"
+  mps_stop
+}
+
+for st in $STAGES; do "stage_$st"; done
+echo
+echo "================ summary"
+for s in "${SUMMARY[@]}"; do echo "$s"; done
