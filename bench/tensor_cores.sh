@@ -21,9 +21,11 @@
 #   sanitize  compute-sanitizer memcheck and racecheck of cuda:bulk on the
 #             cases that run the tensor-core paths
 #   micro     the readout microbenchmark; micro78: the same under MPS 59%
-#   ab        rssm bench of OLD and NEW on the same shapes, one table
+#   ab        rssm bench of OLD, NEW's FFMA kernels and NEW's tensor-core
+#             kernels (RSSM_CUDA_TENSOR_CORES=1) on the same shapes
 #   ab78      rssm bench of NEW under MPS 59% (--sm-limit 78) with the
-#             stages the plan picks and with 4 (RSSM_CUDA_BULK_STAGES)
+#             default 4 stages and with as many as each kernel holds
+#             (RSSM_CUDA_BULK_STAGES)
 #   record    the anchor harness (rssm's per-layer entry from torch in CUDA
 #             graphs beside the published kernels): harness.json, table.txt
 #   record78  the same under MPS 59%: harness-78.json, table-78.txt
@@ -103,33 +105,37 @@ for x, y in zip(a["rows"], b["rows"]):
 PY
 }
 
-stage_ab() {
-  for side in old new; do
-    cli=$NEW
-    [ $side = old ] && cli=$OLD
-    # shellcheck disable=SC2086
-    timeout 280 "$cli" bench --backend cuda $AB_ARGS --out "$OUT_DIR/ab-$side" >"$OUT_DIR/ab-$side.txt" 2>&1
-    note "rssm bench ($side build): rc $?"
-  done
-  ab_table "$OUT_DIR/ab-old.json" "$OUT_DIR/ab-new.json" old new | tee "$OUT_DIR/ab.txt"
+# rssm bench of a binary under an environment, one side of an A/B table
+ab_side() {
+  local name=$1 cli=$2 out=$3
+  shift 3
+  # shellcheck disable=SC2086
+  env "$@" timeout 280 "$cli" bench --backend cuda $AB_ARGS --out "$out/ab-$name" >"$out/ab-$name.txt" 2>&1
+  note "rssm bench ($name): rc $?"
 }
 
+# OLD's FFMA kernels, NEW's FFMA kernels and NEW's tensor-core kernels
+# (RSSM_CUDA_TENSOR_CORES=1), one table each step
+stage_ab() {
+  ab_side old "$OLD" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=0
+  ab_side ffma "$NEW" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=0
+  ab_side tc "$NEW" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=1
+  ab_table "$OUT_DIR/ab-old.json" "$OUT_DIR/ab-ffma.json" old ffma | tee "$OUT_DIR/ab-old-ffma.txt"
+  ab_table "$OUT_DIR/ab-ffma.json" "$OUT_DIR/ab-tc.json" ffma tc | tee "$OUT_DIR/ab-ffma-tc.txt"
+}
+
+# 78 SMs: the default stages (4) against as many as each kernel holds, with
+# the data path the environment asks for
 stage_ab78() {
   mps_start
-  for ns in plan 4; do
-    env=()
-    [ $ns = 4 ] && env=(RSSM_CUDA_BULK_STAGES=4)
-    # shellcheck disable=SC2086
-    env "${env[@]}" timeout 280 "$NEW" bench --backend cuda --sm-limit 78 $AB_ARGS --out "$OUT_DIR/ab78-$ns" \
-      >"$OUT_DIR/ab78-$ns.txt" 2>&1
-    note "rssm bench, MPS 59%, stages $ns: rc $?"
-  done
+  AB_ARGS="$AB_ARGS --sm-limit 78" ab_side 78-4 "$NEW" "$OUT_DIR" RSSM_CUDA_BULK_STAGES=4
+  AB_ARGS="$AB_ARGS --sm-limit 78" ab_side 78-most "$NEW" "$OUT_DIR" RSSM_CUDA_BULK_STAGES=64
   mps_stop
-  ab_table "$OUT_DIR/ab78-4.json" "$OUT_DIR/ab78-plan.json" "4 stages" "plan" | tee "$OUT_DIR/ab78.txt"
+  ab_table "$OUT_DIR/ab-78-4.json" "$OUT_DIR/ab-78-most.json" "4 stages" "most" | tee "$OUT_DIR/ab78.txt"
 }
 
 harness() {
-  PEERS_DIR=$PEERS PYTHONPATH=python RSSM_LIBRARY=$LIB OUT_JSON=$1 BUDGET_S=${BUDGET_S:-270} STAG_CFGS=gdn:fp32 \
+  PEERS_DIR=$PEERS PYTHONPATH=python RSSM_LIBRARY=$LIB RSSM_TORCH_EXT=${RSSM_TORCH_EXT:-off} OUT_JSON=$1 BUDGET_S=${BUDGET_S:-270} STAG_CFGS=gdn:fp32 \
     CONFIGS=${CONFIGS:-gdn:fp32,kda:fp32,gdn:bf16,kda:bf16} BATCHES=${BATCHES:-1,16,64,128,256,512} \
     PYTHONUNBUFFERED=1 timeout 330 python3 "$HARNESS/anchor_bench.py" >"${1%.json}.log" 2>&1
   note "anchor harness $(basename "$1") (rc $?)"

@@ -4,7 +4,7 @@
  * geometry, mbarriers and bulk copies, the unit schedule, and the producer
  * that streams checkpoint tiles into shared memory. Why each is as it is:
  * bulk_kernel.cu's header and
- * bench/results/h200_notes.md.
+ * bench/results/h200/notes.md.
  */
 #ifndef RSSM_BULK_COMMON_CUH
 #define RSSM_BULK_COMMON_CUH
@@ -131,7 +131,7 @@ __device__ __forceinline__ uint64_t evict_first_policy()
  * stages, so one stage's latency (shared-memory loads, the row sums'
  * shuffles, the stores) overlaps the other's; 8 rows per warp. bf16 state
  * (twice the rows per stage): one group, 8 rows per warp; two groups would
- * give a warp 16 rows, slower for its registers (h200_notes.md). */
+ * give a warp 16 rows, slower for its registers (bench/results/h200/notes.md). */
 template <int ST> struct Geometry {
     static constexpr int SB = ST == kF32 ? 4 : 2;
     static constexpr int RC = kTileBytes / (kMaxK * SB);

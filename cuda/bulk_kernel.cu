@@ -40,7 +40,7 @@
  * in the same roles), and packed decode (no ring) runs the same code with
  * n = 0 and every step a flush; L = 1 replay is planned like packed, so it
  * stays bit-identical to it. What each choice measured on the H200 is in
- * bench/results/h200_notes.md.
+ * bench/results/h200/notes.md.
  */
 #include "rssm_cuda.h"
 
@@ -95,12 +95,16 @@ constexpr size_t kSmemLimit = 227u * 1024u;
 constexpr int kMaxStages = 8;
 static_assert(kLead + kCoefWarps <= kUq - kMaxStages, "a queue slot is reused only after its unit is consumed");
 
-template <int ST, int RT, bool RING> struct Co {
+/* TC: the kernel takes the tensor-core data path where its dtypes allow
+ * (docs/design.md §8); the FFMA kernels stay beside them, the plan's
+ * choice until the tensor-core ones are measured on a GPU
+ * (bulk_tensor_cores). */
+template <int ST, int RT, bool RING, bool TC> struct Co {
     /* the flush's ring sum on the tensor cores: the ring's entries are 16-bit */
-    static constexpr bool TCF = RING && RT != kF32;
+    static constexpr bool TCF = TC && RING && RT != kF32;
     /* the readout on the tensor cores: a 16-bit state, whose ring (if any)
      * is 16-bit too (an fp32 ring is not an exact MMA operand) */
-    static constexpr bool TCR = ST != kF32 && (!RING || RT != kF32);
+    static constexpr bool TCR = TC && ST != kF32 && (!RING || RT != kF32);
     static constexpr int KG = kCoKG;
     static constexpr int FRQ = KG + (RING ? kJ * kMaxK : 0);
     static constexpr int FRC = FRQ + (TCR ? kFrQWords : 0);
@@ -150,11 +154,11 @@ __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, co
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
  * 4 lane .. 4 lane + 3. OVERLAP: the inputs' loads issued together
  * (channel_inputs), see bulk_overlap. */
-template <int ST, int RT, bool RING, bool KDA, bool OVERLAP>
+template <int ST, int RT, bool RING, bool TC, bool KDA, bool OVERLAP>
 __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
 {
     using RRaw = typename Raw<RT>::T;
-    using C = Co<ST, RT, RING>;
+    using C = Co<ST, RT, RING, TC>;
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t lane = threadIdx.x & 31u, c0 = 4u * lane;
@@ -285,7 +289,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
  * l the channels 4 l .. 4 l + 3 of each: every value a lane reads from the
  * coefficient buffer (a channel's vectors, kg_j on a flush) serves R rows,
  * which keeps the flush's shared-memory traffic below its FMA work. */
-template <int ST, int RT, bool RING>
+template <int ST, int RT, bool RING, bool TC>
 __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
                                         const float *co)
 {
@@ -293,7 +297,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
     using SV = StateVec<ST, 4>;
     using SVec = typename SV::T;
     using RRaw = typename Raw<RT>::T;
-    using C = Co<ST, RT, RING>;
+    using C = Co<ST, RT, RING, TC>;
     constexpr int R = Gm::RW;
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
@@ -415,12 +419,12 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
  * one m16n8k16 accumulator as four columns (hi and lo of each), summed over
  * the quad; then d, the output and the ring append (lane t4 = i for row g
  * + 8 i), and on a flush the new checkpoint from the stage. */
-template <int ST, int RT, bool RING>
+template <int ST, int RT, bool RING, bool TC>
 __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
                                            uint32_t wi, const float *co)
 {
     using RRaw = typename Raw<RT>::T;
-    using C = Co<ST, RT, RING>;
+    using C = Co<ST, RT, RING, TC>;
     static_assert(C::TCR && ST == kBF16, "a bf16 state read on the tensor cores");
     constexpr uint32_t RC = (uint32_t)Geometry<ST>::RC;
     const rssm_kernel_params &p = a.p;
@@ -492,7 +496,7 @@ __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage,
 
 /* ----------------------------------------------------------- the kernel */
 
-template <int ST, int RT, bool RING, bool KDA, bool OVERLAP>
+template <int ST, int RT, bool RING, bool TC, bool KDA, bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 {
 #if !RSSM_CUDA_SM90
@@ -501,7 +505,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     (void)a;
     __trap();
 #else
-    using C = Co<ST, RT, RING>;
+    using C = Co<ST, RT, RING, TC>;
     using Gc = Cg<ST, C::TCR>;
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *stages = smem + C::kStagesAt;
@@ -542,7 +546,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
                 bar_arrive(&cfull[b]);
                 break;
             }
-            coefficients<ST, RT, RING, KDA, OVERLAP>(a, u, co, &cfull[b]);
+            coefficients<ST, RT, RING, TC, KDA, OVERLAP>(a, u, co, &cfull[b]);
             bar_arrive(&cfull[b]);
         }
         return;
@@ -570,9 +574,9 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
             bar_wait(&full[cs], cph);
             const uint8_t *stage = stages + (size_t)cs * kStageBytes;
             if constexpr (C::TCR)
-                consume_tc<ST, RT, RING>(a, stage, meta[cs], c, wi, co);
+                consume_tc<ST, RT, RING, TC>(a, stage, meta[cs], c, wi, co);
             else
-                consume<ST, RT, RING>(a, stage, meta[cs], c, co);
+                consume<ST, RT, RING, TC>(a, stage, meta[cs], c, co);
             bar_arrive(&empty[cs]);
         }
         bar_arrive(&cempty[b]);
@@ -585,9 +589,9 @@ using BulkFn = void (*)(const BArgs);
 /* Whether the coefficient warps issue all of a unit's input loads before
  * they use any (channel_inputs' OVERLAP), or each where it is used. KDA
  * always: its coefficients (an exp per channel and entry) hold up the
- * consumers, and overlapping gained 6-9% (bench/results/h200_layer/notes.md).
+ * consumers, and overlapping gained 6-9% (bench/results/h200/notes.md).
  * GDN where the consumers wait for coefficients, measured on the H200 in
- * the per-layer harness (bench/results/h200_cuda/notes.md): with bf16
+ * the per-layer harness (bench/results/h200/notes.md): with bf16
  * state, whose units are half the bytes (replay 13.65 against 15.23 us at
  * batch 16, 118.7 against 123.4 at 256), and with a few units per SM (fp32
  * at batch 16: 14.65 against 17.17 us); not at fp32's large batches, where
@@ -600,45 +604,58 @@ bool bulk_overlap(const rssm_kernel_params *p, int sm_count)
            units <= 8u * (uint64_t)(sm_count > 0 ? sm_count : 1);
 }
 
-/* [ring dtype, or 3 for no ring][state fp32, bf16][GDN, GDN overlapping, KDA] */
-#define RSSM_BULK_GATES(ST, RT, RING)                                                           \
-    {bulk_kernel<ST, RT, RING, false, false>, bulk_kernel<ST, RT, RING, false, true>,           \
-     bulk_kernel<ST, RT, RING, true, true>}
-const BulkFn kBulk[4][2][3] = {
-    {RSSM_BULK_GATES(kF32, kF32, true), RSSM_BULK_GATES(kBF16, kF32, true)},
-    {RSSM_BULK_GATES(kF32, kF16, true), RSSM_BULK_GATES(kBF16, kF16, true)},
-    {RSSM_BULK_GATES(kF32, kBF16, true), RSSM_BULK_GATES(kBF16, kBF16, true)},
-    {RSSM_BULK_GATES(kF32, kF32, false), RSSM_BULK_GATES(kBF16, kF32, false)},
-};
+/* [tensor cores off, on][ring dtype, or 3 for no ring][state fp32, bf16][GDN, GDN overlapping, KDA] */
+#define RSSM_BULK_GATES(ST, RT, RING, TC)                                                       \
+    {bulk_kernel<ST, RT, RING, TC, false, false>, bulk_kernel<ST, RT, RING, TC, false, true>,   \
+     bulk_kernel<ST, RT, RING, TC, true, true>}
+#define RSSM_BULK_RINGS(TC)                                                                     \
+    {{RSSM_BULK_GATES(kF32, kF32, true, TC), RSSM_BULK_GATES(kBF16, kF32, true, TC)},           \
+     {RSSM_BULK_GATES(kF32, kF16, true, TC), RSSM_BULK_GATES(kBF16, kF16, true, TC)},           \
+     {RSSM_BULK_GATES(kF32, kBF16, true, TC), RSSM_BULK_GATES(kBF16, kBF16, true, TC)},         \
+     {RSSM_BULK_GATES(kF32, kF32, false, TC), RSSM_BULK_GATES(kBF16, kF32, false, TC)}}
+const BulkFn kBulk[2][4][2][3] = {RSSM_BULK_RINGS(false), RSSM_BULK_RINGS(true)};
+#undef RSSM_BULK_RINGS
 #undef RSSM_BULK_GATES
 
 /* Each kernel's shared memory and the most stages it holds, in kBulk's
- * [ring][state] order. */
+ * order. */
 struct BulkShape {
     size_t smem;
     uint32_t stages, d_bytes;
 };
-template <int ST, int RT, bool RING> constexpr BulkShape shape_of()
+template <int ST, int RT, bool RING, bool TC> constexpr BulkShape shape_of()
 {
-    using C = Co<ST, RT, RING>;
+    using C = Co<ST, RT, RING, TC>;
     return BulkShape{C::SMEM, (uint32_t)C::STAGES, (uint32_t)C::DBYTES};
 }
-constexpr BulkShape kBulkShape[4][2] = {
-    {shape_of<kF32, kF32, true>(), shape_of<kBF16, kF32, true>()},
-    {shape_of<kF32, kF16, true>(), shape_of<kBF16, kF16, true>()},
-    {shape_of<kF32, kBF16, true>(), shape_of<kBF16, kBF16, true>()},
-    {shape_of<kF32, kF32, false>(), shape_of<kBF16, kF32, false>()},
-};
+#define RSSM_BULK_SHAPES(TC)                                                                    \
+    {{shape_of<kF32, kF32, true, TC>(), shape_of<kBF16, kF32, true, TC>()},                     \
+     {shape_of<kF32, kF16, true, TC>(), shape_of<kBF16, kF16, true, TC>()},                     \
+     {shape_of<kF32, kBF16, true, TC>(), shape_of<kBF16, kBF16, true, TC>()},                   \
+     {shape_of<kF32, kF32, false, TC>(), shape_of<kBF16, kF32, false, TC>()}}
+constexpr BulkShape kBulkShape[2][4][2] = {RSSM_BULK_SHAPES(false), RSSM_BULK_SHAPES(true)};
+#undef RSSM_BULK_SHAPES
 
-const BulkShape &bulk_shape(const rssm_kernel_params *p)
+/* Whether a plan takes the tensor-core kernels: RSSM_CUDA_TENSOR_CORES=1
+ * asks for them (docs/h200.md). Off otherwise until they have run on a
+ * GPU: they compile here and their fragment layouts were checked against
+ * a model of the MMA's, but no GPU has run them yet (docs/design.md §8). */
+bool bulk_tensor_cores()
 {
-    return kBulkShape[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
+    const char *env = getenv("RSSM_CUDA_TENSOR_CORES");
+    return env && env[0] == '1';
+}
+
+const BulkShape &bulk_shape(const rssm_kernel_params *p, bool tc)
+{
+    return kBulkShape[tc ? 1 : 0][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
 }
 
 BulkFn bulk_fn(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
 {
     const int gate = p->gate_kind == RSSM_CODE_GATE_KDA ? 2 : bulk_overlap(p, plan->sm_count) ? 1 : 0;
-    return kBulk[p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1][gate];
+    return kBulk[plan->bulk_tc ? 1 : 0][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1]
+                [gate];
 }
 
 uint32_t rows_per_item(const rssm_kernel_params *p)
@@ -646,16 +663,16 @@ uint32_t rows_per_item(const rssm_kernel_params *p)
     return p->state_dtype == RSSM_CODE_DTYPE_F32 ? (uint32_t)Geometry<kF32>::RC : (uint32_t)Geometry<kBF16>::RC;
 }
 
-/* The stages a plan streams through: kStages on a GPU of many SMs, where
- * more only lengthened the queues the coefficient warps' loads wait in;
- * as many as the kernel holds on a part of at most 80 SMs, which must keep
- * about twice the bytes in flight per SM to move its bandwidth (an H20:
- * docs/design.md §8). RSSM_CUDA_BULK_STAGES overrides it for measurement
- * (docs/h200.md). */
-uint32_t bulk_stages(const rssm_kernel_params *p, int sm_count)
+/* The stages a plan streams through: kStages, where more only lengthened
+ * the queues the coefficient warps' loads wait in on the full H200. A part
+ * of at most 80 SMs must keep about twice the bytes in flight per SM to
+ * move its bandwidth (an H20: docs/design.md §8), which the shapes' extra
+ * stages are for; RSSM_CUDA_BULK_STAGES asks for them (docs/h200.md) until
+ * a measurement at 78 SMs sets the rule. */
+uint32_t bulk_stages(const rssm_kernel_params *p, bool tc)
 {
-    const uint32_t most = bulk_shape(p).stages;
-    uint32_t ns = sm_count > 0 && sm_count <= 80 ? most : (uint32_t)kStages;
+    const uint32_t most = bulk_shape(p, tc).stages;
+    uint32_t ns = (uint32_t)kStages;
     const char *env = getenv("RSSM_CUDA_BULK_STAGES");
     if (env && *env) {
         const long v = strtol(env, nullptr, 10);
@@ -679,7 +696,7 @@ extern "C" int rssm_cuda_bulk_supported(const rssm_kernel_params *p)
     return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->head_k % 32u == 0 && p->head_v % rc == 0 &&
            p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING && p->slot_bytes % 16u == 0 && p->layer_bytes % 16u == 0 &&
            p->ring_d_offset % 16u == 0 && (p->head_v * rsize) % 16u == 0 && (p->head_v * iosize) % 16u == 0 &&
-           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= bulk_shape(p).d_bytes &&
+           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= bulk_shape(p, bulk_tensor_cores()).d_bytes &&
            p->head_v * iosize <= (uint32_t)kCoVBytes;
 }
 
@@ -687,8 +704,9 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
 {
     if (!rssm_cuda_bulk_supported(p))
         return cudaErrorInvalidValue;
+    plan->bulk_tc = bulk_tensor_cores() ? 1u : 0u;
     const BulkFn fn = bulk_fn(p, plan);
-    const size_t smem = bulk_shape(p).smem;
+    const size_t smem = bulk_shape(p, plan->bulk_tc).smem;
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
                                          cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
     if (e != cudaSuccess)
@@ -706,22 +724,23 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->kernel = RSSM_CUDA_KERNEL_BULK;
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(units < grid ? units : grid);
-    plan->bulk_stages = bulk_stages(p, plan->sm_count);
+    plan->bulk_stages = bulk_stages(p, plan->bulk_tc);
     return cudaSuccess;
 }
 
 extern "C" size_t rssm_cuda_bulk_smem_bytes(void)
 {
     size_t most = 0;
-    for (const auto &ring : kBulkShape)
-        for (const BulkShape &s : ring)
-            most = s.smem > most ? s.smem : most;
+    for (const auto &tc : kBulkShape)
+        for (const auto &ring : tc)
+            for (const BulkShape &s : ring)
+                most = s.smem > most ? s.smem : most;
     return most;
 }
 
 extern "C" cudaError_t rssm_cuda_bulk_attributes(cudaFuncAttributes *a)
 {
-    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kBulk[0][0][0]));
+    return cudaFuncGetAttributes(a, reinterpret_cast<const void *>(kBulk[0][0][0][0]));
 }
 
 extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
@@ -735,6 +754,6 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
     a.p = *p;
     a.b = *b;
     a.ns = plan->bulk_stages ? plan->bulk_stages : (uint32_t)kStages;
-    bulk_fn(p, plan)<<<plan->grid, kThreads, bulk_shape(p).smem, stream>>>(a);
+    bulk_fn(p, plan)<<<plan->grid, kThreads, bulk_shape(p, plan->bulk_tc).smem, stream>>>(a);
     return cudaGetLastError();
 }

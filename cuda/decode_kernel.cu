@@ -17,7 +17,7 @@
  * many stages as the shared memory leaves): on the H200 that measured
  * better than deeper pipelines in fewer CTAs, because the per-item
  * arithmetic and barriers, not the loads, are what must be overlapped
- * (bench/results/h200_notes.md). A first version with one-shot CTAs (one
+ * (bench/results/h200/notes.md). A first version with one-shot CTAs (one
  * item each) reached only ~48% of copy bandwidth on the packed decode.
  *
  * Within an item each warp owns a 16-row tile of the checkpoint C (16 x K,
@@ -641,6 +641,7 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     plan->sm_count = (int)sms;
     plan->allow = allow;
     plan->bulk_stages = 0;
+    plan->bulk_tc = 0;
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);
@@ -649,7 +650,7 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
      * (row, head) pairs per SM): once it fills the GPU, the packed stream
      * kernel measured slower than this one on the H200 (61-71% against
      * 73-80% of copy bandwidth, fp32, batch >= 64), faster at batch 1
-     * (5.4 against 5.8 us; bench/results/h200_notes.md). The fields above
+     * (5.4 against 5.8 us; bench/results/h200/notes.md). The fields above
      * stay valid, so the plan can be switched either way. */
     plan->kernel = RSSM_CUDA_KERNEL_PIPELINE;
     plan->rows_per_lane = 0;

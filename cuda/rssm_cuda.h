@@ -2,7 +2,7 @@
  * The CUDA decode kernels as seen from the host: where a step's data lives,
  * how a launch is shaped, and one call that launches one layer of one step.
  *
- * The backend (cuda_backend.cu) records these launches into a CUDA graph
+ * The backend (cuda_batch.cu) records these launches into a CUDA graph
  * per batch, and for rssm_batch_time_steps (what `rssm bench` times) whole
  * ring cycles of them with a distinct step header per step. Both go through
  * rssm_cuda_launch_layer, so what is benchmarked is what the library runs.
@@ -77,6 +77,8 @@ typedef struct rssm_cuda_plan {
     uint32_t allow;             /* RSSM_CUDA_ALLOW_*: what the device's code lets it use */
     uint32_t bulk_stages;       /* bulk kernel: the shared-memory stages it streams through
                                    (set by prepare; 0 before) */
+    uint32_t bulk_tc;           /* bulk kernel: 1 where it takes the tensor-core data path
+                                   (set by prepare) */
     int sm_count;
 } rssm_cuda_plan;
 

@@ -14,7 +14,7 @@
  * inside this kernel instead (a few coefficient warps per SM, as the decode
  * step's bulk kernel does) was bound by those warps: a token's walk and
  * reductions are a long chain of dependent shuffles and shared-memory
- * loads, 2-5 us per unit on one warp (bench/results/h200_verify/notes.md),
+ * loads, 2-5 us per unit on one warp (bench/results/h200/notes.md),
  * so they stay a kernel of their own with a warp per token's work in
  * flight everywhere.
  *
@@ -66,7 +66,7 @@ constexpr int kThreads = 32 * (kConsumers + kLoadWarps + 1);
 constexpr int kProducerWarp = kConsumers + kLoadWarps;
 /* Eight stages in flight: a consumer group holds its stage through the
  * products and the tokens' chain, so fewer would leave too few loading to
- * keep the memory busy (bench/results/h200_verify/notes.md). */
+ * keep the memory busy (bench/results/h200/notes.md). */
 constexpr int kWStages = 8;
 static_assert(kLead + kLoadWarps <= kUq - kWStages, "a queue slot is reused only after its unit is consumed");
 static_assert(2 * kJ == 32, "a token's 2 kJ ring coefficients fill one reduce-scatter");

@@ -3,7 +3,7 @@
  * pool larger than L2, beside a pass that only reads the pool (the read
  * bound): which data path the bulk kernel's 16-bit-state readout should
  * take (docs/design.md §8, "The tensor-core data path";
- * bench/results/micro/readout.md).
+ * its results: bench/results/h200/notes.md).
  *
  * One unit is a (row, value head): S (V x K = 128 x 128, bf16 or fp32), a
  * full ring of 15 entries d_j (bf16, [16][V], entry 15 zero) and the
