@@ -8,7 +8,7 @@
 #
 #   STAGES="conform sanitize micro ab" bench/tensor_cores.sh OUT_DIR
 #   STAGES="record" bench/tensor_cores.sh OUT_DIR          # full GPU
-#   STAGES="record78 ab78" bench/tensor_cores.sh OUT_DIR   # 78 SMs
+#   STAGES="record78 ab78 stages78" bench/tensor_cores.sh OUT_DIR   # 78 SMs
 #
 # NEW (default .devbin/new/rssm) and its librssm.so beside it; OLD (default
 # .devbin/old/rssm) the build before the change; READOUT the microbenchmark
@@ -21,11 +21,13 @@
 #   sanitize  compute-sanitizer memcheck and racecheck of cuda:bulk on the
 #             cases that run the tensor-core paths
 #   micro     the readout microbenchmark; micro78: the same under MPS 59%
-#   ab        rssm bench of OLD, NEW's FFMA kernels and NEW's tensor-core
-#             kernels (RSSM_CUDA_TENSOR_CORES=1) on the same shapes
-#   ab78      rssm bench of NEW under MPS 59% (--sm-limit 78) with the
-#             default 4 stages and with as many as each kernel holds
-#             (RSSM_CUDA_BULK_STAGES)
+#   ab        rssm bench of OLD (where it exists) and of NEW under each
+#             mode of AB_MODES (default "0 flush 1 auto": the FFMA
+#             kernels, the flush on the tensor cores, the flush and the
+#             readout, the plan's rule) on the same shapes, a table each
+#   ab78      the same under MPS 59% (--sm-limit 78)
+#   stages78  rssm bench of NEW under MPS 59% with the default 4 stages and
+#             with as many as each kernel holds (RSSM_CUDA_BULK_STAGES)
 #   record    the anchor harness (rssm's per-layer entry from torch in CUDA
 #             graphs beside the published kernels): harness.json, table.txt
 #   record78  the same under MPS 59%: harness-78.json, table-78.txt
@@ -114,24 +116,46 @@ ab_side() {
   note "rssm bench ($name): rc $?"
 }
 
-# OLD's FFMA kernels, NEW's FFMA kernels and NEW's tensor-core kernels
-# (RSSM_CUDA_TENSOR_CORES=1), one table each step
-stage_ab() {
-  ab_side old "$OLD" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=0
-  ab_side ffma "$NEW" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=0
-  ab_side tc "$NEW" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=1
-  ab_table "$OUT_DIR/ab-old.json" "$OUT_DIR/ab-ffma.json" old ffma | tee "$OUT_DIR/ab-old-ffma.txt"
-  ab_table "$OUT_DIR/ab-ffma.json" "$OUT_DIR/ab-tc.json" ffma tc | tee "$OUT_DIR/ab-ffma-tc.txt"
+# NEW under each mode of AB_MODES (RSSM_CUDA_TENSOR_CORES: 0 the FFMA
+# kernels, flush the flush's ring sum on the tensor cores, 1 that and the
+# readout, auto the plan's rule), one table each against the first; PREFIX
+# names the files (78- under MPS), and OLD's FFMA kernels first where OLD
+# exists
+ab_modes() {
+  local prefix=$1 first="" m name
+  if [ -z "$prefix" ] && [ -x "$OLD" ]; then
+    ab_side old "$OLD" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES=0
+    first=old
+  fi
+  for m in ${AB_MODES:-0 flush 1 auto}; do
+    name=$prefix$m
+    if [ "$m" = auto ]; then ab_side "$name" "$NEW" "$OUT_DIR" -u RSSM_CUDA_TENSOR_CORES
+    else ab_side "$name" "$NEW" "$OUT_DIR" RSSM_CUDA_TENSOR_CORES="$m"; fi
+    if [ -n "$first" ]; then
+      ab_table "$OUT_DIR/ab-$first.json" "$OUT_DIR/ab-$name.json" "$first" "$name" | tee "$OUT_DIR/ab-$first-$name.txt"
+    else
+      first=$name
+    fi
+  done
 }
 
-# 78 SMs: the default stages (4) against as many as each kernel holds, with
-# the data path the environment asks for
+stage_ab() { ab_modes ""; }
+
+# the same at 78 SMs (MPS 59%, --sm-limit 78)
 stage_ab78() {
+  mps_start
+  AB_ARGS="$AB_ARGS --sm-limit 78" ab_modes 78-
+  mps_stop
+}
+
+# 78 SMs: the default stages (4) against as many as each kernel holds
+# (RSSM_CUDA_BULK_STAGES), the plan's mode
+stage_stages78() {
   mps_start
   AB_ARGS="$AB_ARGS --sm-limit 78" ab_side 78-4 "$NEW" "$OUT_DIR" RSSM_CUDA_BULK_STAGES=4
   AB_ARGS="$AB_ARGS --sm-limit 78" ab_side 78-most "$NEW" "$OUT_DIR" RSSM_CUDA_BULK_STAGES=64
   mps_stop
-  ab_table "$OUT_DIR/ab-78-4.json" "$OUT_DIR/ab-78-most.json" "4 stages" "most" | tee "$OUT_DIR/ab78.txt"
+  ab_table "$OUT_DIR/ab-78-4.json" "$OUT_DIR/ab-78-most.json" "4 stages" "most" | tee "$OUT_DIR/stages78.txt"
 }
 
 harness() {

@@ -46,6 +46,7 @@
 
 #include <cuda_runtime.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "bulk_common.cuh"
 #include "bulk_mma.cuh"
@@ -95,16 +96,31 @@ constexpr size_t kSmemLimit = 227u * 1024u;
 constexpr int kMaxStages = 8;
 static_assert(kLead + kCoefWarps <= kUq - kMaxStages, "a queue slot is reused only after its unit is consumed");
 
-/* TC: the kernel takes the tensor-core data path where its dtypes allow
- * (docs/design.md §8); the FFMA kernels stay beside them, the plan's
- * choice until the tensor-core ones are measured on a GPU
- * (bulk_tensor_cores). */
-template <int ST, int RT, bool RING, bool TC> struct Co {
-    /* the flush's ring sum on the tensor cores: the ring's entries are 16-bit */
-    static constexpr bool TCF = TC && RING && RT != kF32;
-    /* the readout on the tensor cores: a 16-bit state, whose ring (if any)
-     * is 16-bit too (an fp32 ring is not an exact MMA operand) */
-    static constexpr bool TCR = TC && ST != kF32 && (!RING || RT != kF32);
+/* TC: which parts of the step the kernel runs on the tensor cores
+ * (docs/design.md §8, "The tensor-core data path"): none (kTcOff), the
+ * flush's ring sum (kTcFlush), or that and the readout (kTcAll), each
+ * where the dtypes allow; the plan's choice is bulk_mode's. */
+constexpr int kTcOff = 0, kTcFlush = 1, kTcAll = 2;
+/* the flush's ring sum on the tensor cores: the ring's entries are 16-bit */
+constexpr bool tc_flush(int tc, int rt, bool ring) { return tc >= kTcFlush && ring && rt != kF32; }
+/* the readout on the tensor cores: a 16-bit state, whose ring (if any) is
+ * 16-bit too (an fp32 ring is not an exact MMA operand) */
+constexpr bool tc_readout(int tc, int st, int rt, bool ring)
+{
+    return tc == kTcAll && st != kF32 && (!ring || rt != kF32);
+}
+/* The mode a kernel is instantiated for: the least with the same parts on
+ * the tensor cores, so that a mode that changes nothing for some dtypes
+ * (an fp32 ring, an fp32 state's readout) shares the kernel of the mode
+ * below instead of compiling a copy of it. */
+constexpr int tc_of(int tc, int st, int rt, bool ring)
+{
+    return tc_readout(tc, st, rt, ring) ? kTcAll : tc_flush(tc, rt, ring) ? kTcFlush : kTcOff;
+}
+
+template <int ST, int RT, bool RING, int TC> struct Co {
+    static constexpr bool TCF = tc_flush(TC, RT, RING);
+    static constexpr bool TCR = tc_readout(TC, ST, RT, RING);
     static constexpr int KG = kCoKG;
     static constexpr int FRQ = KG + (RING ? kJ * kMaxK : 0);
     static constexpr int FRC = FRQ + (TCR ? kFrQWords : 0);
@@ -154,7 +170,7 @@ __device__ __forceinline__ uint32_t active_units(const rssm_kernel_params &p, co
  * ring d and v copied in behind it, completing on `bar`; lane owns channels
  * 4 lane .. 4 lane + 3. OVERLAP: the inputs' loads issued together
  * (channel_inputs), see bulk_overlap. */
-template <int ST, int RT, bool RING, bool TC, bool KDA, bool OVERLAP>
+template <int ST, int RT, bool RING, int TC, bool KDA, bool OVERLAP>
 __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *co, uint64_t *bar)
 {
     using RRaw = typename Raw<RT>::T;
@@ -289,7 +305,7 @@ __device__ __forceinline__ void coefficients(const BArgs &a, uint32_t u, float *
  * l the channels 4 l .. 4 l + 3 of each: every value a lane reads from the
  * coefficient buffer (a channel's vectors, kg_j on a flush) serves R rows,
  * which keeps the flush's shared-memory traffic below its FMA work. */
-template <int ST, int RT, bool RING, bool TC>
+template <int ST, int RT, bool RING, int TC>
 __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
                                         const float *co)
 {
@@ -419,7 +435,7 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
  * one m16n8k16 accumulator as four columns (hi and lo of each), summed over
  * the quad; then d, the output and the ring append (lane t4 = i for row g
  * + 8 i), and on a flush the new checkpoint from the stage. */
-template <int ST, int RT, bool RING, bool TC>
+template <int ST, int RT, bool RING, int TC>
 __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage, const StageMeta &m, uint32_t chunk,
                                            uint32_t wi, const float *co)
 {
@@ -496,7 +512,7 @@ __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage,
 
 /* ----------------------------------------------------------- the kernel */
 
-template <int ST, int RT, bool RING, bool TC, bool KDA, bool OVERLAP>
+template <int ST, int RT, bool RING, int TC, bool KDA, bool OVERLAP>
 __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
 {
 #if !RSSM_CUDA_SM90
@@ -604,16 +620,17 @@ bool bulk_overlap(const rssm_kernel_params *p, int sm_count)
            units <= 8u * (uint64_t)(sm_count > 0 ? sm_count : 1);
 }
 
-/* [tensor cores off, on][ring dtype, or 3 for no ring][state fp32, bf16][GDN, GDN overlapping, KDA] */
+/* [mode][ring dtype, or 3 for no ring][state fp32, bf16][GDN, GDN overlapping, KDA] */
 #define RSSM_BULK_GATES(ST, RT, RING, TC)                                                       \
-    {bulk_kernel<ST, RT, RING, TC, false, false>, bulk_kernel<ST, RT, RING, TC, false, true>,   \
-     bulk_kernel<ST, RT, RING, TC, true, true>}
+    {bulk_kernel<ST, RT, RING, tc_of(TC, ST, RT, RING), false, false>,                          \
+     bulk_kernel<ST, RT, RING, tc_of(TC, ST, RT, RING), false, true>,                           \
+     bulk_kernel<ST, RT, RING, tc_of(TC, ST, RT, RING), true, true>}
 #define RSSM_BULK_RINGS(TC)                                                                     \
     {{RSSM_BULK_GATES(kF32, kF32, true, TC), RSSM_BULK_GATES(kBF16, kF32, true, TC)},           \
      {RSSM_BULK_GATES(kF32, kF16, true, TC), RSSM_BULK_GATES(kBF16, kF16, true, TC)},           \
      {RSSM_BULK_GATES(kF32, kBF16, true, TC), RSSM_BULK_GATES(kBF16, kBF16, true, TC)},         \
      {RSSM_BULK_GATES(kF32, kF32, false, TC), RSSM_BULK_GATES(kBF16, kF32, false, TC)}}
-const BulkFn kBulk[2][4][2][3] = {RSSM_BULK_RINGS(false), RSSM_BULK_RINGS(true)};
+const BulkFn kBulk[3][4][2][3] = {RSSM_BULK_RINGS(kTcOff), RSSM_BULK_RINGS(kTcFlush), RSSM_BULK_RINGS(kTcAll)};
 #undef RSSM_BULK_RINGS
 #undef RSSM_BULK_GATES
 
@@ -623,9 +640,9 @@ struct BulkShape {
     size_t smem;
     uint32_t stages, d_bytes;
 };
-template <int ST, int RT, bool RING, bool TC> constexpr BulkShape shape_of()
+template <int ST, int RT, bool RING, int TC> constexpr BulkShape shape_of()
 {
-    using C = Co<ST, RT, RING, TC>;
+    using C = Co<ST, RT, RING, tc_of(TC, ST, RT, RING)>;
     return BulkShape{C::SMEM, (uint32_t)C::STAGES, (uint32_t)C::DBYTES};
 }
 #define RSSM_BULK_SHAPES(TC)                                                                    \
@@ -633,28 +650,56 @@ template <int ST, int RT, bool RING, bool TC> constexpr BulkShape shape_of()
      {shape_of<kF32, kF16, true, TC>(), shape_of<kBF16, kF16, true, TC>()},                     \
      {shape_of<kF32, kBF16, true, TC>(), shape_of<kBF16, kBF16, true, TC>()},                   \
      {shape_of<kF32, kF32, false, TC>(), shape_of<kBF16, kF32, false, TC>()}}
-constexpr BulkShape kBulkShape[2][4][2] = {RSSM_BULK_SHAPES(false), RSSM_BULK_SHAPES(true)};
+constexpr BulkShape kBulkShape[3][4][2] = {RSSM_BULK_SHAPES(kTcOff), RSSM_BULK_SHAPES(kTcFlush),
+                                           RSSM_BULK_SHAPES(kTcAll)};
 #undef RSSM_BULK_SHAPES
 
-/* Whether a plan takes the tensor-core kernels: RSSM_CUDA_TENSOR_CORES=1
- * asks for them (docs/h200.md). Off otherwise until they have run on a
- * GPU: they compile here and their fragment layouts were checked against
- * a model of the MMA's, but no GPU has run them yet (docs/design.md §8). */
-bool bulk_tensor_cores()
+const BulkShape &bulk_shape(const rssm_kernel_params *p, int mode)
 {
+    return kBulkShape[mode][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
+}
+
+/* Whether a unit's ring d fits the coefficient buffer of mode's kernel
+ * (half the bytes where the flush is on the tensor cores, Co). */
+bool bulk_ring_fits(const rssm_kernel_params *p, int mode)
+{
+    const uint32_t rsize = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
+    return p->ring_cap * p->head_v * rsize <= bulk_shape(p, mode).d_bytes;
+}
+
+/* Which parts of the step a plan runs on the tensor cores: the flush and
+ * the readout for GDN with a bf16 state and a 16-bit ring, the FFMA
+ * kernels otherwise. Measured with bench/tensor_cores.sh on an H100, on
+ * all 132 SMs and on 78 (bench/results/h100/notes.md, "The tensor-core
+ * data path"): there GDN's replay cycle took 1.5-3.5% less and its flush
+ * 7-13% less; KDA's flush gained as much but its replay cycle took 0.2-3%
+ * more (its coefficient warps, which also write the MMA fragments, bind
+ * first); a 16-bit packed readout took 4-6% more (33-39% at 78 SMs), and
+ * every fp32-state step 1-4% more (the ring sum on the tensor cores, whose
+ * fragments the FFMA consumers read back, was slower than its FMAs).
+ * RSSM_CUDA_TENSOR_CORES=0, =flush or =1 forces a mode for measuring
+ * (docs/h200.md); a mode whose ring buffer the shape does not fit falls
+ * back to the FFMA kernels, which take every shape rssm_cuda_bulk_supported
+ * accepts. */
+int bulk_mode(const rssm_kernel_params *p)
+{
+    int mode = p->gate_kind != RSSM_CODE_GATE_KDA && p->state_dtype == RSSM_CODE_DTYPE_BF16 && p->ring_cap != 0 &&
+                       p->ring_dtype != RSSM_CODE_DTYPE_F32
+                   ? kTcAll
+                   : kTcOff;
     const char *env = getenv("RSSM_CUDA_TENSOR_CORES");
-    return env && env[0] == '1';
+    if (env && strcmp(env, "0") == 0)
+        mode = kTcOff;
+    else if (env && strcmp(env, "flush") == 0)
+        mode = kTcFlush;
+    else if (env && strcmp(env, "1") == 0)
+        mode = kTcAll;
+    return bulk_ring_fits(p, mode) ? mode : kTcOff;
 }
-
-const BulkShape &bulk_shape(const rssm_kernel_params *p, bool tc)
-{
-    return kBulkShape[tc ? 1 : 0][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1];
-}
-
 BulkFn bulk_fn(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
 {
     const int gate = p->gate_kind == RSSM_CODE_GATE_KDA ? 2 : bulk_overlap(p, plan->sm_count) ? 1 : 0;
-    return kBulk[plan->bulk_tc ? 1 : 0][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1]
+    return kBulk[plan->bulk_tc][p->ring_cap ? p->ring_dtype : 3u][p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0 : 1]
                 [gate];
 }
 
@@ -664,15 +709,20 @@ uint32_t rows_per_item(const rssm_kernel_params *p)
 }
 
 /* The stages a plan streams through: kStages, where more only lengthened
- * the queues the coefficient warps' loads wait in on the full H200. A part
- * of at most 80 SMs must keep about twice the bytes in flight per SM to
- * move its bandwidth (an H20: docs/design.md §8), which the shapes' extra
- * stages are for; RSSM_CUDA_BULK_STAGES asks for them (docs/h200.md) until
- * a measurement at 78 SMs sets the rule. */
-uint32_t bulk_stages(const rssm_kernel_params *p, bool tc)
+ * the queues the coefficient warps' loads wait in on the full H200; on a
+ * part of at most 80 SMs (an H20) a bf16 packed step takes as many as its
+ * kernel holds (8), since a part that must move about twice the bytes per
+ * SM needs more of them in flight (docs/design.md §8): at 78 SMs of an
+ * H100 that step took 3.5-4% less with 8 stages than with 4, while fp32
+ * packed took 1-2% more and the replay steps were unchanged
+ * (bench/results/h100/notes.md). RSSM_CUDA_BULK_STAGES=N asks for N
+ * (docs/h200.md). */
+uint32_t bulk_stages(const rssm_kernel_params *p, int mode, int sm_count)
 {
-    const uint32_t most = bulk_shape(p, tc).stages;
+    const uint32_t most = bulk_shape(p, mode).stages;
     uint32_t ns = (uint32_t)kStages;
+    if (p->ring_cap == 0 && p->state_dtype == RSSM_CODE_DTYPE_BF16 && sm_count > 0 && sm_count <= 80)
+        ns = most;
     const char *env = getenv("RSSM_CUDA_BULK_STAGES");
     if (env && *env) {
         const long v = strtol(env, nullptr, 10);
@@ -688,15 +738,14 @@ extern "C" int rssm_cuda_bulk_supported(const rssm_kernel_params *p)
 {
     /* Bulk copies move multiples of 16 bytes between 16-byte aligned
      * addresses; a stage holds whole rows of K <= 128 channels; a unit's
-     * ring d fits its buffer (half the bytes where the flush is on the
-     * tensor cores, bulk_kernel.cu's Co). */
+     * ring d fits the FFMA kernels' buffer (bulk_mode falls back to them). */
     const uint32_t rsize = p->ring_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
     const uint32_t iosize = p->io_dtype == RSSM_CODE_DTYPE_F32 ? 4u : 2u;
     const uint32_t rc = rows_per_item(p);
     return p->head_k <= RSSM_CUDA_MAX_HEAD_K && p->head_k % 32u == 0 && p->head_v % rc == 0 &&
            p->ring_cap <= RSSM_CUDA_STREAM_MAX_RING && p->slot_bytes % 16u == 0 && p->layer_bytes % 16u == 0 &&
            p->ring_d_offset % 16u == 0 && (p->head_v * rsize) % 16u == 0 && (p->head_v * iosize) % 16u == 0 &&
-           p->state_dtype != RSSM_CODE_DTYPE_F16 && p->ring_cap * p->head_v * rsize <= bulk_shape(p, bulk_tensor_cores()).d_bytes &&
+           p->state_dtype != RSSM_CODE_DTYPE_F16 && bulk_ring_fits(p, kTcOff) &&
            p->head_v * iosize <= (uint32_t)kCoVBytes;
 }
 
@@ -704,7 +753,7 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
 {
     if (!rssm_cuda_bulk_supported(p))
         return cudaErrorInvalidValue;
-    plan->bulk_tc = bulk_tensor_cores() ? 1u : 0u;
+    plan->bulk_tc = (uint32_t)bulk_mode(p);
     const BulkFn fn = bulk_fn(p, plan);
     const size_t smem = bulk_shape(p, plan->bulk_tc).smem;
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
@@ -724,7 +773,7 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->kernel = RSSM_CUDA_KERNEL_BULK;
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(units < grid ? units : grid);
-    plan->bulk_stages = bulk_stages(p, plan->bulk_tc);
+    plan->bulk_stages = bulk_stages(p, (int)plan->bulk_tc, plan->sm_count);
     return cudaSuccess;
 }
 

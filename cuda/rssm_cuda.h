@@ -77,7 +77,8 @@ typedef struct rssm_cuda_plan {
     uint32_t allow;             /* RSSM_CUDA_ALLOW_*: what the device's code lets it use */
     uint32_t bulk_stages;       /* bulk kernel: the shared-memory stages it streams through
                                    (set by prepare; 0 before) */
-    uint32_t bulk_tc;           /* bulk kernel: 1 where it takes the tensor-core data path
+    uint32_t bulk_tc;           /* bulk kernel: the parts of the step on the tensor cores,
+                                   0 none, 1 the flush, 2 the flush and the readout
                                    (set by prepare) */
     int sm_count;
 } rssm_cuda_plan;
