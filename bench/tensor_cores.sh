@@ -49,7 +49,10 @@ nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,n
 mps_start() {
   export CUDA_MPS_PIPE_DIRECTORY=/tmp/rssm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rssm-mps-log
   mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  nvidia-cuda-mps-control -d && export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59
+  # a daemon left running by an interrupted stage serves as well: the
+  # percentage is the client's, so it is exported either way
+  nvidia-cuda-mps-control -d || pgrep -x nvidia-cuda-mps >/dev/null
+  export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59
 }
 mps_stop() {
   echo quit | nvidia-cuda-mps-control

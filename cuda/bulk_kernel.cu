@@ -675,8 +675,8 @@ bool bulk_ring_fits(const rssm_kernel_params *p, int mode)
  * 7-13% less; KDA's flush gained as much but its replay cycle took 0.2-3%
  * more (its coefficient warps, which also write the MMA fragments, bind
  * first); a 16-bit packed readout took 4-6% more (33-39% at 78 SMs), and
- * every fp32-state step 1-4% more (the ring sum on the tensor cores, whose
- * fragments the FFMA consumers read back, was slower than its FMAs).
+ * every fp32-state step 1-4% more (the FFMA consumers hold 8 rows a warp,
+ * so their ring sum's m16 tiles are half filled).
  * RSSM_CUDA_TENSOR_CORES=0, =flush or =1 forces a mode for measuring
  * (docs/h200.md); a mode whose ring buffer the shape does not fit falls
  * back to the FFMA kernels, which take every shape rssm_cuda_bulk_supported
