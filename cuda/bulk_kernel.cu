@@ -749,11 +749,18 @@ extern "C" int rssm_cuda_bulk_supported(const rssm_kernel_params *p)
            p->head_v * iosize <= (uint32_t)kCoVBytes;
 }
 
+extern "C" uint32_t rssm_cuda_bulk_mode(const rssm_kernel_params *p) { return (uint32_t)bulk_mode(p); }
+
+extern "C" uint32_t rssm_cuda_bulk_stages(const rssm_kernel_params *p, uint32_t mode, int sm_count)
+{
+    return bulk_stages(p, mode <= (uint32_t)kTcAll ? (int)mode : kTcOff, sm_count);
+}
+
 extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p)
 {
     if (!rssm_cuda_bulk_supported(p))
         return cudaErrorInvalidValue;
-    plan->bulk_tc = (uint32_t)bulk_mode(p);
+    plan->bulk_tc = rssm_cuda_bulk_mode(p);
     const BulkFn fn = bulk_fn(p, plan);
     const size_t smem = bulk_shape(p, plan->bulk_tc).smem;
     cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fn),
@@ -773,7 +780,7 @@ extern "C" cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_k
     plan->kernel = RSSM_CUDA_KERNEL_BULK;
     plan->ctas_per_sm = (uint32_t)occ;
     plan->grid = (uint32_t)(units < grid ? units : grid);
-    plan->bulk_stages = bulk_stages(p, (int)plan->bulk_tc, plan->sm_count);
+    plan->bulk_stages = rssm_cuda_bulk_stages(p, plan->bulk_tc, plan->sm_count);
     return cudaSuccess;
 }
 

@@ -151,6 +151,13 @@ cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda
  * RSSM_CUDA_MAX_HEAD_K, V a multiple of a stage's rows (32 fp32, 64 bf16
  * state), rings of up to RSSM_CUDA_STREAM_MAX_RING entries. */
 int rssm_cuda_bulk_supported(const rssm_kernel_params *p);
+/* The choices rssm_cuda_bulk_prepare makes, host code alone: the parts of
+ * the step on the tensor cores (rssm_cuda_plan.bulk_tc's values;
+ * RSSM_CUDA_TENSOR_CORES overrides) and the shared-memory stages for a
+ * plan of sm_count multiprocessors in that mode (RSSM_CUDA_BULK_STAGES
+ * overrides); docs/design.md §8, "The tensor-core data path". */
+uint32_t rssm_cuda_bulk_mode(const rssm_kernel_params *p);
+uint32_t rssm_cuda_bulk_stages(const rssm_kernel_params *p, uint32_t mode, int sm_count);
 cudaError_t rssm_cuda_bulk_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                   const rssm_cuda_plan *plan, cudaStream_t stream);

@@ -9,14 +9,19 @@
 #include "backend.h"
 #include "rssm_cuda.h"
 
-static rssm_kernel_params params(int replay, uint32_t batch)
+#include <stdlib.h>
+
+static rssm_kernel_params params_of(rssm_gate_kind gate, rssm_dtype state, rssm_dtype ring, uint32_t head_v,
+                                     int replay, uint32_t batch)
 {
-    rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, 16);
+    rssm_model m = ts_small_model(gate, 1, 16);
     /* a head shape the bulk kernel takes */
     m.num_qk_heads = 16;
     m.num_v_heads = 32;
     m.head_k = 128;
-    m.head_v = 128;
+    m.head_v = head_v;
+    m.state_dtype = state;
+    m.ring_dtype = ring;
     m.replay = replay;
     m.ring_len = replay ? 16u : 0u;
     rssm_slot_layout lay;
@@ -24,6 +29,11 @@ static rssm_kernel_params params(int replay, uint32_t batch)
     rssm_kernel_params p;
     rssm_kernel_params_init(&p, &m, &lay, batch);
     return p;
+}
+
+static rssm_kernel_params params(int replay, uint32_t batch)
+{
+    return params_of(RSSM_GATE_GDN, RSSM_DTYPE_F32, RSSM_DTYPE_F16, 128, replay, batch);
 }
 
 static rssm_cuda_plan plan(const rssm_kernel_params *p, uint32_t allow)
@@ -56,10 +66,73 @@ static void test_plan_allow(void **state)
     }
 }
 
+static uint32_t replay_mode(rssm_gate_kind gate, rssm_dtype state, rssm_dtype ring)
+{
+    const rssm_kernel_params p = params_of(gate, state, ring, 128, 1, 256);
+    return rssm_cuda_bulk_mode(&p);
+}
+
+/* The tensor-core rule (docs/design.md §8, "The tensor-core data path"):
+ * the flush and the readout for GDN with a bf16 state and a 16-bit ring,
+ * the FFMA kernels otherwise; RSSM_CUDA_TENSOR_CORES forces a mode where
+ * the shape's ring fits its buffer. */
+static void test_bulk_mode(void **state)
+{
+    (void)state;
+    unsetenv("RSSM_CUDA_TENSOR_CORES");
+    const rssm_dtype F32 = RSSM_DTYPE_F32, F16 = RSSM_DTYPE_F16, BF16 = RSSM_DTYPE_BF16;
+    const rssm_kernel_params gdn = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 1, 256);
+    assert_int_equal(rssm_cuda_bulk_mode(&gdn), 2);
+    assert_int_equal(replay_mode(RSSM_GATE_GDN, BF16, F16), 2);
+    assert_int_equal(replay_mode(RSSM_GATE_KDA, BF16, BF16), 0);
+    assert_int_equal(replay_mode(RSSM_GATE_GDN, F32, BF16), 0);
+    assert_int_equal(replay_mode(RSSM_GATE_GDN, BF16, F32), 0);
+    const rssm_kernel_params packed = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 0, 256);
+    assert_int_equal(rssm_cuda_bulk_mode(&packed), 0);
+
+    setenv("RSSM_CUDA_TENSOR_CORES", "flush", 1);
+    assert_int_equal(rssm_cuda_bulk_mode(&gdn), 1);
+    setenv("RSSM_CUDA_TENSOR_CORES", "0", 1);
+    assert_int_equal(rssm_cuda_bulk_mode(&gdn), 0);
+    setenv("RSSM_CUDA_TENSOR_CORES", "1", 1);
+    assert_int_equal(rssm_cuda_bulk_mode(&packed), 2);
+    /* V = 256: a 16-entry bf16 ring's d is 8 KiB, which only the FFMA
+     * kernels' buffer holds */
+    const rssm_kernel_params wide = params_of(RSSM_GATE_GDN, BF16, BF16, 256, 1, 256);
+    assert_true(rssm_cuda_bulk_supported(&wide));
+    assert_int_equal(rssm_cuda_bulk_mode(&wide), 0);
+    unsetenv("RSSM_CUDA_TENSOR_CORES");
+    assert_int_equal(rssm_cuda_bulk_mode(&wide), 0);
+}
+
+/* Stages: 4, but all 8 for a bf16 packed step on at most 80 SMs;
+ * RSSM_CUDA_BULK_STAGES asks for others, up to what the kernel holds. */
+static void test_bulk_stages(void **state)
+{
+    (void)state;
+    unsetenv("RSSM_CUDA_BULK_STAGES");
+    const rssm_dtype F32 = RSSM_DTYPE_F32, BF16 = RSSM_DTYPE_BF16;
+    const rssm_kernel_params bf16 = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 0, 256);
+    const rssm_kernel_params fp32 = params_of(RSSM_GATE_GDN, F32, BF16, 128, 0, 256);
+    const rssm_kernel_params ring = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 1, 256);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 132), 4);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 78), 8);
+    assert_int_equal(rssm_cuda_bulk_stages(&fp32, 0, 78), 4);
+    assert_int_equal(rssm_cuda_bulk_stages(&ring, 2, 78), 4);
+    setenv("RSSM_CUDA_BULK_STAGES", "64", 1);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 132), 8);
+    assert_int_equal(rssm_cuda_bulk_stages(&ring, 2, 132), 5);
+    setenv("RSSM_CUDA_BULK_STAGES", "2", 1);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 78), 2);
+    unsetenv("RSSM_CUDA_BULK_STAGES");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_allow),
+        cmocka_unit_test(test_bulk_mode),
+        cmocka_unit_test(test_bulk_stages),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
