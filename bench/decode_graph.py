@@ -198,7 +198,7 @@ def cli_run(args, gate, state_dtype):
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    lst = common_args(ap, [1, 16, 64, 128, 256, 512], WARMUP_S)
+    lst = common_args(ap, [1, 4, 8, 16, 64, 128, 256, 512], WARMUP_S)
     ap.add_argument("--kinds", type=lst, default=list(KINDS), help=f"what to time (default all: {','.join(KINDS)})")
     ap.add_argument("--slots", choices=("random", "ordered"), default="random",
                     help="rows on a random permutation of the slots (default) or in order")

@@ -18,7 +18,7 @@ stage_bench() {
   O=$(stage_dir bench)
   # shellcheck disable=SC2086 # BENCH_ARGS is a list of options
   timeout "${BENCH_TIMEOUT:-600}" "$CLI" bench --backend "${BENCH_BACKEND:-cuda}" \
-    ${BENCH_ARGS:-"--gate gdn,kda --state fp32,bf16 --ring-len 16 --batch 1,16,64,128,256,512 --cycles 5"} \
+    ${BENCH_ARGS:-"--gate gdn,kda --state fp32,bf16 --ring-len 16 --batch 1,4,8,16,64,128,256,512 --cycles 5"} \
     --out "$O/bench" >"$O/bench.txt" 2>&1
   note "rssm bench --backend ${BENCH_BACKEND:-cuda}: rc $?"
   grep -E "^(gate|gdn|kda) " "$O/bench.txt"
@@ -447,7 +447,7 @@ stage_peers() {
   [ -f "$h/anchor_bench.py" ] || { note "peers: skipped, no $h/anchor_bench.py carried"; return; }
   find_lib || return
   PEERS_DIR=${PEERS:-.peers/decode} OUT_JSON=$O/harness.json BUDGET_S=${BUDGET_S:-270} STAG_CFGS=gdn:fp32 \
-    CONFIGS=${PEERS_CONFIGS:-gdn:fp32,kda:fp32,gdn:bf16,kda:bf16} BATCHES=${PEERS_BATCHES:-1,16,64,128,256,512} \
+    CONFIGS=${PEERS_CONFIGS:-gdn:fp32,kda:fp32,gdn:bf16,kda:bf16} BATCHES=${PEERS_BATCHES:-1,4,8,16,64,128,256,512} \
     timeout 330 py "$h/anchor_bench.py" >"$O/harness.log" 2>&1
   note "peers: anchor harness: rc $?"
   python3 "$h/table.py" "$O/harness.json" | tee "$O/table.txt"
