@@ -46,18 +46,8 @@ SUMMARY=()
 note() { SUMMARY+=("$1"); echo "== $1"; }
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,memory.total --format=csv,noheader
 
-mps_start() {
-  export CUDA_MPS_PIPE_DIRECTORY=/tmp/rssm-mps-pipe CUDA_MPS_LOG_DIRECTORY=/tmp/rssm-mps-log
-  mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
-  # a daemon left running by an interrupted stage serves as well: the
-  # percentage is the client's, so it is exported either way
-  nvidia-cuda-mps-control -d || pgrep -x nvidia-cuda-mps >/dev/null
-  export CUDA_MPS_ACTIVE_THREAD_PERCENTAGE=59
-}
-mps_stop() {
-  echo quit | nvidia-cuda-mps-control
-  unset CUDA_MPS_PIPE_DIRECTORY CUDA_MPS_LOG_DIRECTORY CUDA_MPS_ACTIVE_THREAD_PERCENTAGE
-}
+# shellcheck source=bench/mps.sh
+. "$(dirname "$0")/mps.sh"
 
 stage_conform() {
   local b=() v
