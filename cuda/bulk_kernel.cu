@@ -696,6 +696,7 @@ int bulk_mode(const rssm_kernel_params *p)
         mode = kTcAll;
     return bulk_ring_fits(p, mode) ? mode : kTcOff;
 }
+
 BulkFn bulk_fn(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
 {
     const int gate = p->gate_kind == RSSM_CODE_GATE_KDA ? 2 : bulk_overlap(p, plan->sm_count) ? 1 : 0;
