@@ -11,7 +11,7 @@
 #   STAGES="record78 ab78 stages78" bench/tensor_cores.sh OUT_DIR   # 78 SMs
 #
 # NEW (default .devbin/new/rssm) and its librssm.so beside it; OLD (default
-# .devbin/old/rssm) the build before the change; READOUT the microbenchmark
+# .devbin/old/rssm, optional) the build before the change; READOUT the microbenchmark
 # (bench/micro/readout.cu, default .devbin/readout); PEERS the published
 # kernels' folder and HARNESS the anchor harness (../shared/peers-harness,
 # copied into .peers/harness; its README). Stages:

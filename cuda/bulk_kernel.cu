@@ -683,8 +683,7 @@ bool bulk_ring_fits(const rssm_kernel_params *p, int mode)
  * accepts. */
 int bulk_mode(const rssm_kernel_params *p)
 {
-    int mode = p->gate_kind != RSSM_CODE_GATE_KDA && p->state_dtype == RSSM_CODE_DTYPE_BF16 && p->ring_cap != 0 &&
-                       p->ring_dtype != RSSM_CODE_DTYPE_F32
+    int mode = p->gate_kind != RSSM_CODE_GATE_KDA && p->state_dtype == RSSM_CODE_DTYPE_BF16 && p->ring_cap != 0
                    ? kTcAll
                    : kTcOff;
     const char *env = getenv("RSSM_CUDA_TENSOR_CORES");
@@ -694,6 +693,9 @@ int bulk_mode(const rssm_kernel_params *p)
         mode = kTcFlush;
     else if (env && strcmp(env, "1") == 0)
         mode = kTcAll;
+    /* what the dtypes let the mode put on the tensor cores (an fp32 ring
+     * none, an fp32 state not its readout), so plan->bulk_tc says it */
+    mode = tc_of(mode, (int)p->state_dtype, (int)p->ring_dtype, p->ring_cap != 0);
     return bulk_ring_fits(p, mode) ? mode : kTcOff;
 }
 

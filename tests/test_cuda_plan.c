@@ -96,6 +96,10 @@ static void test_bulk_mode(void **state)
     assert_int_equal(rssm_cuda_bulk_mode(&gdn), 0);
     setenv("RSSM_CUDA_TENSOR_CORES", "1", 1);
     assert_int_equal(rssm_cuda_bulk_mode(&packed), 2);
+    /* the mode says what the dtypes let it put on the tensor cores: an
+     * fp32 state's readout stays FFMA, an fp32 ring takes none */
+    assert_int_equal(replay_mode(RSSM_GATE_GDN, F32, BF16), 1);
+    assert_int_equal(replay_mode(RSSM_GATE_GDN, BF16, F32), 0);
     /* V = 256: a 16-entry bf16 ring's d is 8 KiB, which only the FFMA
      * kernels' buffer holds */
     const rssm_kernel_params wide = params_of(RSSM_GATE_GDN, BF16, BF16, 256, 1, 256);
