@@ -537,6 +537,7 @@ __global__ void __launch_bounds__(kThreads, 1) bulk_kernel(const BArgs a)
     if (threadIdx.x == 0)
         init_barriers(full, empty, 32u * Gc::WARPS, cfull, cempty, kCoefBufs, ufull, C::STAGES);
     __syncthreads();
+    pdl_step_start(); /* the unit counter and every input: the launch before may write them */
 
     constexpr int kCoef = kCoefWarps;
     if (warp == (uint32_t)kProducerWarp) {
@@ -813,6 +814,6 @@ extern "C" cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const 
     a.p = *p;
     a.b = *b;
     a.ns = plan->bulk_stages ? plan->bulk_stages : (uint32_t)kStages;
-    bulk_fn(p, plan)<<<plan->grid, kThreads, bulk_shape(p, plan->bulk_tc).smem, stream>>>(a);
-    return cudaGetLastError();
+    return launch_dependent(bulk_fn(p, plan), dim3(plan->grid), dim3(kThreads), stream, a, plan_pdl(plan),
+                            bulk_shape(p, plan->bulk_tc).smem);
 }

@@ -48,10 +48,14 @@ static int variant_kernel(const char *variant)
     return -2;
 }
 
-/* What the plans of this context may use: what the device's code has. */
+/* What the plans of this context may use: what the device's code has.
+ * RSSM_CUDA_PDL=0 launches every kernel as an ordinary launch, for
+ * measuring what programmatic dependent launch gives (docs/h200.md). */
 uint32_t cuda_plan_allow(const CudaCtx *c)
 {
-    return (c->kernels.bulk ? RSSM_CUDA_ALLOW_BULK : 0u) | (c->kernels.pdl ? RSSM_CUDA_ALLOW_PDL : 0u);
+    const char *env = getenv("RSSM_CUDA_PDL");
+    const bool pdl = c->kernels.pdl && !(env && strcmp(env, "0") == 0);
+    return (c->kernels.bulk ? RSSM_CUDA_ALLOW_BULK : 0u) | (pdl ? RSSM_CUDA_ALLOW_PDL : 0u);
 }
 
 /* Why the context's kernel (c->kernel: RSSM_CUDA_KERNEL_*, or -1 for the

@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(128, 4) decode_kernel(const KArgs a)
     constexpr int VB = (int)sizeof(typename SV::T);           /* bytes per state vector */
     constexpr bool R16 = RT != kF32;
 
+    pdl_step_start();
     const rssm_kernel_params &p = a.p;
     /* FIX: K = V = 128 known at compile time (the model shapes of docs/design.md §5),
      * which folds the bounds checks and most of the address arithmetic. */
@@ -704,6 +705,6 @@ extern "C" cudaError_t rssm_cuda_launch_layer(const rssm_kernel_params *p, const
     args.sm = smem_layout(p, plan->warps, plan->stages);
     args.chunks = plan->chunks;
     const KernelFn fn = kernel_of(plan->variant);
-    fn<<<plan->grid, 32u * plan->warps, plan->smem_bytes, stream>>>(args);
-    return cudaGetLastError();
+    return launch_dependent(fn, dim3(plan->grid), dim3(32u * plan->warps), stream, args, plan_pdl(plan),
+                            plan->smem_bytes);
 }

@@ -8,6 +8,7 @@
 #ifndef RSSM_KERNEL_COMMON_CUH
 #define RSSM_KERNEL_COMMON_CUH
 
+#include "rssm_cuda.h"
 #include "rssm_layout.h"
 
 #include <cuda_bf16.h>
@@ -227,6 +228,21 @@ __device__ __forceinline__ void pdl_wait()
 #endif
 }
 
+/* The start of a decode step's kernel launched as a programmatic dependent
+ * of the launch before it (launch_dependent): it waits for that launch to
+ * finish before it reads anything (the engine's inputs, rows and state may
+ * be what that launch wrote), then lets the next launch start, so the next
+ * layer's or step's CTAs are scheduled while this one runs and wait at their
+ * own pdl_step_start: the launch latency of consecutive launches overlaps
+ * the kernels instead of adding to each (docs/design.md §8, "Programmatic
+ * dependent launch"). Triggering after the wait, not before, keeps at most
+ * one launch waiting behind a running one. */
+__device__ __forceinline__ void pdl_step_start()
+{
+    pdl_wait();
+    pdl_launch_dependents();
+}
+
 /* Launches fn(a) on `stream` (capturable), with `smem` bytes of dynamic
  * shared memory: a programmatic dependent of the launch before it when
  * `pdl`, which only code that waits at pdl_wait may be (the device's code
@@ -248,6 +264,10 @@ inline cudaError_t launch_dependent(void (*fn)(Args), dim3 grid, dim3 block, cud
     cfg.numAttrs = pdl ? 1u : 0u;
     return cudaLaunchKernelEx(&cfg, fn, a);
 }
+
+/* Whether a plan's kernels are launched as programmatic dependents: where
+ * the device's code waits at pdl_wait (RSSM_CUDA_ALLOW_PDL). */
+inline bool plan_pdl(const rssm_cuda_plan *plan) { return (plan->allow & RSSM_CUDA_ALLOW_PDL) != 0u; }
 
 /* A launch's row (rssm_layer_io) as the kernels use it, decoded in one
  * place: its slot, its ring's entries n (at most ring_cap: a corrupt

@@ -86,8 +86,10 @@ typedef struct rssm_cuda_plan {
 /* What the code a device loaded lets a plan use (cuda/targets.h
  * decides, from rssm_cuda_*_attributes below): the bulk kernels (the plan
  * picks them, and the window's persistent readout beside them), and
- * programmatic dependent launch of the window's readout. Both need code
- * for sm_90 or newer (RSSM_CUDA_SM90, kernel_common.cuh). */
+ * programmatic dependent launch of every kernel of a step (each waits for
+ * the launch before it at its start; the window's readout where it needs
+ * the coefficients). Both need code for sm_90 or newer (RSSM_CUDA_SM90,
+ * kernel_common.cuh). */
 #define RSSM_CUDA_ALLOW_BULK 1u
 #define RSSM_CUDA_ALLOW_PDL 2u
 

@@ -135,6 +135,7 @@ __global__ void __launch_bounds__(32 * kWarps, RPL > 1 ? 4 : ST == kF32 ? 6 : 8)
     /* per warp: alpha q, alpha k, alpha, k */
     __shared__ __align__(16) float vec[kWarps][4][kMaxK];
 
+    pdl_step_start();
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, g = lane >> 2, t4 = lane & 3u;
@@ -241,6 +242,7 @@ __global__ void __launch_bounds__(32 * kWarps, 4) replay_kernel(const SArgs a)
     __shared__ float red[3 * kWarps];
     __shared__ float dsm[kWarps][kJ][8 * RPL];
 
+    pdl_step_start();
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t tid = threadIdx.x, warp = tid >> 5, lane = tid & 31u, g = lane >> 2, t4 = lane & 3u;
@@ -510,6 +512,5 @@ extern "C" cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, cons
     a.p = *p;
     a.b = *b;
     a.chunks = stream_chunks(p, plan->rows_per_lane);
-    fn<<<plan->grid, 32u * RSSM_CUDA_STREAM_WARPS, 0, stream>>>(a);
-    return cudaGetLastError();
+    return launch_dependent(fn, dim3(plan->grid), dim3(32u * RSSM_CUDA_STREAM_WARPS), stream, a, plan_pdl(plan));
 }

@@ -187,7 +187,7 @@ void rssm_cuda_kernels_decide(const char *targets, int major, int minor, size_t 
                  pipe.binary_version);
     k->bulk = code[RSSM_CUDA_PART_BULK].ptx_version >= kHopper &&
               code[RSSM_CUDA_PART_WINDOW_BULK].ptx_version >= kHopper;
-    k->pdl = code[RSSM_CUDA_PART_WINDOW].ptx_version >= kHopper;
+    k->pdl = code[RSSM_CUDA_PART_PIPELINE].ptx_version >= kHopper && code[RSSM_CUDA_PART_WINDOW].ptx_version >= kHopper;
     if (!k->bulk) {
         snprintf(k->why_not, sizeof k->why_not,
                  "the bulk kernel needs sm_90 code (bulk copies, mbarrier transaction counts), and this GPU "

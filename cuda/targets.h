@@ -65,8 +65,9 @@ typedef struct rssm_cuda_code {
 typedef struct rssm_cuda_kernels {
     bool runs; /* the pipeline and stream kernels have code for the device */
     bool bulk; /* the bulk kernels (bulk_kernel.cu, window_bulk_kernel.cu) have their sm_90 parts */
-    bool pdl;  /* window_kernel.cu waits for its primary launch (griddepcontrol), so its readout
-                  may start early as a programmatic dependent */
+    bool pdl;  /* the kernels wait for the launch before them (griddepcontrol: the decode step's
+                  at their start, the window's readout for its coefficients), so each may be
+                  launched as a programmatic dependent of it */
     char code[96];     /* what the device runs: "sm_90a machine code", "compute_80 PTX (JIT)" */
     char why_not[512]; /* !runs: why the device runs nothing; !bulk: why not the bulk kernels */
 } rssm_cuda_kernels;

@@ -175,8 +175,9 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
     using KVec = typename VecOf<4 * sizeof(RRaw)>::T; /* a lane's 4 channels of a ring k */
     __shared__ __align__(16) CSmem S;
 
-    /* the readout may start: it has its tiles to load meanwhile */
-    pdl_launch_dependents();
+    /* after the launch before (the readout's loads before its own pdl_wait
+     * rely on it), the readout may start: it has its tiles to load meanwhile */
+    pdl_step_start();
     const rssm_kernel_params &p = a.p;
     const rssm_layer_io &L = a.b.io;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
@@ -498,8 +499,8 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
     const uint32_t units = rows * p->num_v_heads;
     const uint32_t coef_ctas = rows * (p->gate_kind == RSSM_CODE_GATE_KDA ? p->num_v_heads : p->num_qk_heads);
     const uint32_t coef_warps = t_max < (uint32_t)kCoefWarps ? t_max : (uint32_t)kCoefWarps;
-    kCoef[p->ring_dtype]<<<coef_ctas, 32u * coef_warps, 0, stream>>>(a);
-    cudaError_t e = cudaGetLastError();
+    cudaError_t e = launch_dependent(kCoef[p->ring_dtype], dim3(coef_ctas), dim3(32u * coef_warps), stream, a,
+                                     plan_pdl(plan));
     if (e != cudaSuccess)
         return e;
     /* A programmatic dependent of the coefficient kernel where the code
@@ -509,6 +510,5 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
      * readout. */
     if (plan->kernel == RSSM_CUDA_KERNEL_BULK && rssm_cuda_window_bulk_supported(p, t_max))
         return rssm_cuda_window_bulk_launch(p, b, drafts, rows, t_max, plan->sm_count, stream);
-    return launch_dependent(readout_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a,
-                            (plan->allow & RSSM_CUDA_ALLOW_PDL) != 0u);
+    return launch_dependent(readout_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a, plan_pdl(plan));
 }
