@@ -5,14 +5,18 @@ and the command that measured it; and results.md, the targets against the
 published kernels timed on the same GPU (peers.json beside it, where there
 is one) and every row, per step per layer.
 
-    bench/record.py DIR --shape SHAPE [--peers FILE] [--commit C] [--command CMD] FILE...
+    bench/record.py DIR --shape SHAPE [--peers FILE] [--anchor HARNESS.json] [--commit C] [--command CMD] FILE...
     bench/record.py --pages DIR...
 
 The first writes DIR/summary.json and DIR/results.md from the JSON files a
 run left: bench/decode_graph.py's (its torch-graph rows and the `rssm
 bench` rows it ran beside them), bench/verify_graph.py's (verify-graph rows)
 or `rssm bench --out`'s (cli rows), and DIR/notes.md when there is none
-(what was run; what limits each miss is for a person to write). SHAPE names
+(what was run; what limits each miss is for a person to write). A row of a
+later file replaces one of an earlier file for the same configuration (a
+shape measured again). --anchor writes DIR/peers.json first, from the anchor
+harness's JSON (../shared/peers-harness: the published kernels in one
+CUDA-graph harness, bench/run.sh's stage peers) of a run on this GPU. SHAPE names
 the folder (h200, h200-78sm, h100, ...). --pages rewrites each DIR's
 results.md from its summary.json (after a row was added by hand, or the
 page changed). Prints the targets.
@@ -63,6 +67,43 @@ def load(path, prov):
     return rows
 
 
+def config_key(r):
+    """What one row measures: a later row of the same key replaces it."""
+    return tuple(r.get(k) for k in ("harness", "backend", "gate", "state", "batch", "positions", "T", "ring_len",
+                                    "ring_dtype", "gate_mode", "sm_limit"))
+
+
+def peers_from_anchor(path):
+    """peers.json (bench/results/README.md) from the anchor harness's JSON:
+    per gate, state, positions and batch the fastest published kernel of
+    any kind (packed or replay) it timed, and which."""
+    with open(path) as f:
+        j = json.load(f)
+    best, who = {}, {}
+    for r in j["rows"]:
+        cands = {f"{k} packed": v["us"] for k, v in r.get("packed", {}).items()}
+        for pos, v in r.get("replay", {}).items():
+            if pos == "uniform":
+                cands[f"{r['peer']} replay"] = v["us"]
+            elif pos == "staggered":
+                key = f"{r['gate']}/{r['state']}/staggered"
+                best.setdefault(key, {})[str(r["B"])] = round(v["us"], 2)
+                who.setdefault(key, {})[str(r["B"])] = f"{r['peer']} replay"
+        if cands:
+            name, us = min(cands.items(), key=lambda kv: kv[1])
+            key = f"{r['gate']}/{r['state']}/uniform"
+            best.setdefault(key, {})[str(r["B"])] = round(us, 2)
+            who.setdefault(key, {})[str(r["B"])] = name
+    m = j.get("meta", {})
+    return {"method": f"µs per step per layer on one {m.get('device', 'GPU')} ({m.get('sm_count', '?')} SMs), the anchor "
+                      f"harness (../shared/peers-harness, bench/run.sh stage peers): CUDA graph of a whole L="
+                      f"{m.get('L', 16)} cycle, random inputs; copy {j.get('copy', {}).get('gbps', 0):.0f} GB/s in the "
+                      f"same run; torch {m.get('torch', '?')}, triton {m.get('triton', '?')}. 'best' is the fastest "
+                      "published kernel of any kind (packed or replay) the run timed for that shape.",
+            "sources": {"peers_dir": m.get("peers_dir"), "configs": m.get("configs")},
+            "best_us": best, "best_who": who}
+
+
 def inplace_bound(rows, r):
     """The stronger of the two in-place passes of the same shape and GPU:
     torch's (over the engine's state tensors) and rssm's (over its pool)."""
@@ -91,23 +132,27 @@ def targets(rows, peers):
             out.append((f"{gate.upper()} {state} {pos} B={B}: <= {factor:g} x {what} {p:.2f} = {goal:.2f}",
                         f"{r['replay_us']:.2f} ({r['replay_us'] / p:.3f}x)", r["replay_us"] <= goal))
 
-    def absolute(gate, state, B, goal, what):
+    def absolute(gate, state, B):
+        """the faster of rssm's packed and replay steps at or below the
+        fastest published kernel of that shape"""
         r = at.get((gate, state, "uniform", B))
-        if r is not None:
+        goal = best.get(f"{gate}/{state}/uniform", {}).get(str(B))
+        if r is not None and goal is not None:
+            who = (peers or {}).get("best_who", {}).get(f"{gate}/{state}/uniform", {}).get(str(B), "best published")
             got = min(x for x in (r["replay_us"], r["packed_us"]) if x)
-            out.append((f"{gate.upper()} {state} B={B}: the faster of packed and replay <= {goal} ({what})",
+            out.append((f"{gate.upper()} {state} B={B}: the faster of packed and replay <= {goal:.2f} ({who})",
                         f"{got:.2f}", got <= goal))
 
     capped = any(r.get("sm_limit") for r in tg)
     if best and not capped:
-        absolute("gdn", "fp32", 1, 4.1, "FlashInfer packed")
+        for gate in ("gdn", "kda"):
+            for state in ("fp32", "bf16"):
+                absolute(gate, state, 1)
         vs("gdn", "fp32", "uniform", (16, 64, 128, 256, 512), 0.90, "vLLM replay")
         vs("gdn", "fp32", "staggered", (16, 64, 128, 256, 512), 0.90, "vLLM replay")
-        absolute("gdn", "bf16", 1, 3.3, "FlashInfer packed")
         vs("gdn", "bf16", "uniform", (16, 64, 128, 256, 512), 0.75, "vLLM replay")
         vs("kda", "fp32", "uniform", (16, 64, 128, 256, 512), 0.60, "SGLang best")
         vs("kda", "bf16", "uniform", (16, 64, 128, 256, 512), 0.65, "SGLang bf16 packed")
-        absolute("kda", "bf16", 1, 4.24, "SGLang packed")
     if not capped:
         worst = None
         for r in tg:
@@ -229,6 +274,7 @@ def main() -> int:
     ap.add_argument("files", nargs="*", help="the run's JSON files")
     ap.add_argument("--shape", help="the folder's name: h200, h200-78sm, h100, ...")
     ap.add_argument("--peers", help="the published kernels' figures on this GPU (default DIR/peers.json)")
+    ap.add_argument("--anchor", help="the anchor harness's JSON of a run on this GPU: writes DIR/peers.json from it")
     ap.add_argument("--gpu", default="", help="the GPU's name, where a file does not say")
     ap.add_argument("--commit", default=None, help="the commit measured (default: this checkout's)")
     ap.add_argument("--command", default=os.environ.get("RSSM_BENCH_COMMAND", ""), help="the command that ran")
@@ -244,7 +290,11 @@ def main() -> int:
         ap.error("give DIR, --shape and the run's files (or --pages DIR...)")
     prov = {"gpu": args.gpu, "shape": args.shape, "date": datetime.date.today().isoformat(),
             "commit": args.commit if args.commit is not None else repo_commit(), "command": args.command}
-    rows = [r for p in args.files for r in load(p, prov)]
+    latest = {}
+    for p in args.files:
+        for r in load(p, prov):
+            latest[config_key(r)] = r  # dicts keep the first insertion's place
+    rows = list(latest.values())
     # a torch-graph row's copy bandwidth: the driver's copy as rssm bench
     # measured it in the same run (docs/bench.md); torch's copy_ reads lower
     cli_copy = [r["copy_gbs"] for r in rows if r["harness"] == "cli" and r.get("copy_gbs")]
@@ -252,6 +302,10 @@ def main() -> int:
         if r["harness"] == "torch-graph" and cli_copy:
             r["copy_gbs"] = max(cli_copy)
     os.makedirs(args.dir, exist_ok=True)
+    if args.anchor:
+        with open(os.path.join(args.dir, "peers.json"), "w") as f:
+            json.dump(peers_from_anchor(args.anchor), f, indent=1, ensure_ascii=False)
+            f.write("\n")
     write(args.dir, rows, args.peers or os.path.join(args.dir, "peers.json"))
     notes = os.path.join(args.dir, "notes.md")
     if not os.path.exists(notes):

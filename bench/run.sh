@@ -23,7 +23,8 @@
 #            --case filters; racecheck of all four on every quick case takes
 #            about 25 minutes)
 #   time     the tables of record, as above (TORCH_ARGS adds options)
-#   record   bench/record.py over what `time`, `sm78` and `verify` wrote
+#   record   bench/record.py over what `time`, `sm78` and `verify` wrote (and
+#            `peers`: the folder's peers.json)
 # and those of bench/stages.sh: sm78 (the same GPU confined to 78 SMs by
 # CUDA MPS, an H20-shaped part), verify (speculative-decode windows: checks,
 # sanitizers, the torch-graph windows, vLLM's beside them), vulkan,
@@ -170,14 +171,16 @@ stage_time() {
 }
 
 # The results in bench/results/'s format: OUT_DIR/SHAPE (the torch-graph,
-# cli and verify-graph rows of this run) and OUT_DIR/SHAPE-78sm (sm78's).
+# cli and verify-graph rows of this run; its peers.json from the stage
+# peers, where it ran) and OUT_DIR/SHAPE-78sm (sm78's).
 stage_record() {
-  local files=() f
+  local files=() f anchor=()
   for f in decode_graph.json verify_graph.json bench-cpu.json bench-vulkan.json; do
     [ -f "$OUT_DIR/$f" ] && files+=("$OUT_DIR/$f")
   done
+  [ -f "$OUT_DIR/peers/harness.json" ] && anchor=(--anchor "$OUT_DIR/peers/harness.json")
   if [ ${#files[@]} -gt 0 ]; then
-    python3 bench/record.py "$OUT_DIR/$SHAPE" --shape "$SHAPE" --gpu "$GPU" "${files[@]}" ||
+    python3 bench/record.py "$OUT_DIR/$SHAPE" --shape "$SHAPE" --gpu "$GPU" "${anchor[@]}" "${files[@]}" ||
       note "record.py FAILED ($SHAPE)"
     note "results: $OUT_DIR/$SHAPE/ (summary.json, results.md, notes.md)"
   fi
