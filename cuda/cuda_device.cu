@@ -262,7 +262,8 @@ void cuda_describe(void *ctx, char *buf, size_t size)
              c->device, p.name, p.major, p.minor, p.multiProcessorCount,
              (double)p.totalGlobalMem / (1024.0 * 1024.0 * 1024.0), p.memoryBusWidth,
              (double)p.l2CacheSize / (1024.0 * 1024.0), p.sharedMemPerBlockOptin / 1024, RSSM_CUDA_TARGETS,
-             c->kernels.code, c->kernels.bulk ? "yes" : "no, they need sm_90 code", c->kernels.pdl ? "yes" : "no",
+             c->kernels.code, c->kernels.bulk ? "yes" : "no, they need sm_90 code",
+             !c->kernels.pdl ? "no" : (cuda_plan_allow(c) & RSSM_CUDA_ALLOW_PDL) ? "yes" : "off (RSSM_CUDA_PDL=0)",
              c->kernel < 0 ? "cuda (the plan's choice of kernel per batch)" : c->variant, cuda_plan_sms(c),
              cuda_plan_sms(c) < p.multiProcessorCount ? " (rssm_backend_limit_sms)" : "");
 }
