@@ -80,20 +80,21 @@ def peers_from_anchor(path):
     with open(path) as f:
         j = json.load(f)
     best, who = {}, {}
+
+    def put(r, positions, name, us):
+        key = f"{r['gate']}/{r['state']}/{positions}"
+        best.setdefault(key, {})[str(r["B"])] = round(us, 2)
+        who.setdefault(key, {})[str(r["B"])] = name
+
     for r in j["rows"]:
         cands = {f"{k} packed": v["us"] for k, v in r.get("packed", {}).items()}
         for pos, v in r.get("replay", {}).items():
             if pos == "uniform":
                 cands[f"{r['peer']} replay"] = v["us"]
             elif pos == "staggered":
-                key = f"{r['gate']}/{r['state']}/staggered"
-                best.setdefault(key, {})[str(r["B"])] = round(v["us"], 2)
-                who.setdefault(key, {})[str(r["B"])] = f"{r['peer']} replay"
+                put(r, "staggered", f"{r['peer']} replay", v["us"])
         if cands:
-            name, us = min(cands.items(), key=lambda kv: kv[1])
-            key = f"{r['gate']}/{r['state']}/uniform"
-            best.setdefault(key, {})[str(r["B"])] = round(us, 2)
-            who.setdefault(key, {})[str(r["B"])] = name
+            put(r, "uniform", *min(cands.items(), key=lambda kv: kv[1]))
     m = j.get("meta", {})
     return {"method": f"µs per step per layer on one {m.get('device', 'GPU')} ({m.get('sm_count', '?')} SMs), the anchor "
                       f"harness (../shared/peers-harness, bench/run.sh stage peers): CUDA graph of a whole L="
