@@ -22,7 +22,8 @@
 #            quick cases (SANITIZE_CASES_memcheck, SANITIZE_CASES_racecheck:
 #            --case filters; racecheck of all four on every quick case takes
 #            about 25 minutes)
-#   time     the tables of record, as above (TORCH_ARGS adds options)
+#   time     the tables of record, as above (TORCH_ARGS adds options;
+#            BESIDE=0 leaves out `rssm bench`, about half the stage's time)
 #   record   bench/record.py over what `time`, `sm78` and `verify` wrote (and
 #            `peers`: the folder's peers.json)
 # and those of bench/stages.sh: sm78 (the same GPU confined to 78 SMs by
@@ -73,6 +74,10 @@ SHAPE=${SHAPE:-$(echo "$GPU" | sed -E 's/^NVIDIA //; s/ .*//' | tr 'A-Z' 'a-z')}
 SHAPE=${SHAPE:-local}
 
 # ---- helpers the stages share
+
+# decode_graph.py's option that times the same shapes with `rssm bench`
+# beside it, unless BESIDE=0
+beside() { [ "${BESIDE:-1}" = 0 ] || printf -- '--cli %s' "$CLI"; }
 
 # librssm.so of the CLI's build, for the Python package and torch
 find_lib() {
@@ -153,8 +158,8 @@ stage_check() {
 stage_time() {
   if has_torch_gpu; then
     find_lib || return
-    # shellcheck disable=SC2086 # TORCH_ARGS is a list of options
-    py bench/decode_graph.py --cli "$CLI" --out "$OUT_DIR" ${TORCH_ARGS:-} >"$OUT_DIR/decode_graph.log" 2>&1
+    # shellcheck disable=SC2086,SC2046 # TORCH_ARGS is a list of options; beside is one option or none
+    py bench/decode_graph.py $(beside) --out "$OUT_DIR" ${TORCH_ARGS:-} >"$OUT_DIR/decode_graph.log" 2>&1
     note "decode_graph.py: rc $? ($(tail -1 "$OUT_DIR/decode_graph.log" | cut -c1-80))"
     sed -n '/^us per step per layer/,$p' "$OUT_DIR/decode_graph.log"
   else

@@ -26,13 +26,13 @@ stage_bench() {
 
 # The same GPU confined to 78 SMs (CUDA MPS at 59%; an H20-shaped part),
 # rssm's plans and in-place pass capped to match (--sm-limit 78):
-# decode_graph.py again (H20_ARGS; default batches 16, 64, 256), into
-# OUT_DIR/decode_graph-78sm.json for the stage record.
+# decode_graph.py again (H20_ARGS; default batches 16, 64, 256; BESIDE as
+# for time), into OUT_DIR/decode_graph-78sm.json for the stage record.
 stage_sm78() {
   find_lib || return
   mps_start || { note "sm78: the MPS control daemon did not start"; return; }
-  # shellcheck disable=SC2086
-  py bench/decode_graph.py --cli "$CLI" --out "$OUT_DIR" --sm-limit 78 --tag 78sm ${H20_ARGS:---batches 16,64,256} \
+  # shellcheck disable=SC2086,SC2046
+  py bench/decode_graph.py $(beside) --out "$OUT_DIR" --sm-limit 78 --tag 78sm ${H20_ARGS:---batches 16,64,256} \
     >"$OUT_DIR/decode_graph-78sm.log" 2>&1
   note "sm78 (MPS ${MPS_PERCENTAGE:-59}%, --sm-limit 78): rc $?"
   mps_stop

@@ -19,11 +19,9 @@ struct CudaLayer {
     uint32_t *work;
     rssm_kernel_params fold; /* rssm_layer_materialise's launch (backend.h) */
     void *fold_buf;
-    /* rssm_layer_verify's window: the records of max_rows step-array rows,
-     * and each row's first overflowing token when the caller takes none
+    /* rssm_layer_verify's window: the records of max_rows step-array rows
      * (NULL: the model has no window kernel) */
     float *win_scratch;
-    uint32_t *win_first;
 };
 
 /* The pointers of a launch, as rssm_layer_misaligned_stride asks of the
@@ -75,7 +73,6 @@ void cuda_layer_destroy(void *ctx, void *layer)
     cudaFree(l->work);
     cudaFree(l->fold_buf);
     cudaFree(l->win_scratch);
-    cudaFree(l->win_first);
     free(l);
 }
 
@@ -114,8 +111,6 @@ rssm_status cuda_layer_create(void *ctx, const rssm_kernel_params *p, const rssm
     free(image);
     if (e == cudaSuccess && rssm_cuda_window_supported(p)) {
         e = cudaMalloc(reinterpret_cast<void **>(&l->win_scratch), rssm_cuda_window_scratch_bytes(p, p->max_rows, 1u));
-        if (e == cudaSuccess)
-            e = cudaMalloc(reinterpret_cast<void **>(&l->win_first), p->max_rows * sizeof(uint32_t));
         if (e == cudaSuccess)
             e = rssm_cuda_window_prepare(p, &l->plan);
     }
@@ -186,12 +181,15 @@ rssm_status cuda_layer_verify(void *ctx, void *layer, const rssm_layer_io *io, u
     rssm_cuda_buffers buf;
     memset(&buf, 0, sizeof buf);
     buf.io = *io;
-    buf.io.overflow = io->overflow ? io->overflow : l->win_first;
     buf.scratch = l->win_scratch;
     buf.work = l->work;
     const DeviceGuard guard(l->device);
     cudaStream_t s = static_cast<cudaStream_t>(stream);
-    cudaError_t e = cudaMemsetAsync(buf.io.overflow, 0xff, io->rows * sizeof(uint32_t), s);
+    /* the overflow words start at UINT32_MAX only where the caller takes
+     * them: without, the window is its kernels alone, a graph of one node
+     * per layer at the small batches (programmatic dependents of one
+     * another, which a memset between them would not be) */
+    cudaError_t e = io->overflow ? cudaMemsetAsync(io->overflow, 0xff, io->rows * sizeof(uint32_t), s) : cudaSuccess;
     if (e == cudaSuccess)
         e = rssm_cuda_window_launch(&l->params, &buf, &l->plan, drafts, io->rows, t_max, s);
     if (e != cudaSuccess)

@@ -80,6 +80,8 @@ typedef struct rssm_cuda_plan {
     uint32_t bulk_tc;           /* bulk kernel: the parts of the step on the tensor cores,
                                    0 none, 1 the flush, 2 the flush and the readout
                                    (set by prepare) */
+    uint32_t window_fused_rows; /* verify windows of at most this many rows run in one
+                                   launch (set by rssm_cuda_window_prepare; 0 before) */
     int sm_count;
 } rssm_cuda_plan;
 
@@ -168,18 +170,19 @@ cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_b
  * `rows` rows (token t of row r at step-array row t * rows + r of b->io, row
  * r's slot and base write_pos in its step header, drafts[r] tokens, device
  * memory) from one read of each checkpoint, the tokens' entries appended as
- * tentative ones. b->io.overflow[r] (set to UINT32_MAX before) gets the
- * first token of row r whose entry its ring dtype could not hold. Rings of
- * up to RSSM_CUDA_STREAM_MAX_RING entries, as the stream kernels; prepare
- * with the plan the window launches with (its kernel final), before
- * launching, outside stream capture. Two kernels: where the plan
- * runs the bulk kernel and the window has at most 8 tokens, the persistent
- * window_bulk_kernel.cu (b->work its counters); otherwise window_kernel.cu's
- * pair (b->scratch holding rssm_cuda_window_scratch_bytes for `rows` rows of
- * `t_max` tokens). */
+ * tentative ones. b->io.overflow[r] (set to UINT32_MAX before; NULL: no
+ * report) gets the first token of row r whose entry its ring dtype could not
+ * hold. Rings of up to RSSM_CUDA_STREAM_MAX_RING entries, as the stream
+ * kernels; prepare with the plan the window launches with (its kernel
+ * final), before launching, outside stream capture. One kernel for at most
+ * plan->window_fused_rows rows (window_kernel.cu's window_fused), else two:
+ * where the plan runs the bulk kernel and the window has at most 8 tokens,
+ * the persistent window_bulk_kernel.cu (b->work its counters); otherwise
+ * window_kernel.cu's pair (b->scratch holding rssm_cuda_window_scratch_bytes
+ * for `rows` rows of `t_max` tokens). */
 int rssm_cuda_window_supported(const rssm_kernel_params *p);
 size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max);
-cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, const rssm_cuda_plan *plan);
+cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, rssm_cuda_plan *plan);
 cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
                                     uint32_t t_max, cudaStream_t stream);

@@ -19,7 +19,7 @@ struct WArgs {
     /* io: the window's token-major step arrays (token t of row r at step-array
      * row t * rows + r), the pool, the step header of the rows (write_pos the
      * window's base); overflow: per row, the first token whose ring entry
-     * overflowed (UINT32_MAX: none); scratch: the records, [rows * HV][t_max]. */
+     * overflowed (UINT32_MAX: none), or NULL for no report; scratch: the records, [rows * HV][t_max]. */
     rssm_cuda_buffers b;
     const uint32_t *drafts; /* [rows] */
     uint32_t rows, t_max;
@@ -63,13 +63,14 @@ __device__ __forceinline__ RowWindow row_window(const WArgs &a, uint32_t r)
 }
 
 /* x as ring dtype RT holds it; a finite x that RT cannot hold makes token t
- * the row's first overflowing one, unless an earlier token already is. */
+ * the row's first overflowing one, unless an earlier token already is
+ * (`first` NULL: the caller takes no report). */
 template <int RT>
 __device__ __forceinline__ typename Raw<RT>::T window_entry(float x, uint32_t *first, uint32_t r, uint32_t t)
 {
     if constexpr (RT != kF32) {
         const float limit = RT == kF16 ? RSSM_F16_OVERFLOW : RSSM_BF16_OVERFLOW;
-        if (fabsf(x) >= limit && !isinf(x))
+        if (first && fabsf(x) >= limit && !isinf(x))
             atomicMin(first + r, t);
     }
     return from_f<RT>(x);

@@ -10,7 +10,8 @@
  *     Sbar_t x = C (alpha_t Gamma_t x) + sum_{j < m} d_j c_j^t(x),
  *
  * where only the ring part needs the d of the tokens before it. Two
- * kernels per layer, the second a programmatic dependent of the first:
+ * kernels per layer, the second a programmatic dependent of the first
+ * (at the small batches one, below):
  *
  *  - the coefficient kernel, one CTA per (row, value head) for KDA and per
  *    (row, q/k head) for GDN, a warp per token, lane = 4 key channels:
@@ -33,7 +34,13 @@
  *    products keep fp32's accuracy), and runs the tokens in order for the
  *    ring part over the committed entries and the window's earlier ones
  *    (their d kept in shared memory as the ring holds them), d, o and the
- *    append of d. The tile is never written back: a window has no flush.
+ *    append of d. The tile is never written back: a window has no flush;
+ *  - at the small batches (up to plan->window_fused_rows rows), one kernel:
+ *    the readout, each CTA making its value head's records itself (the
+ *    coefficient kernel's work on its 4 warps) after its tile loads went
+ *    out, into shared memory; the chain of a launch, a wait and a round
+ *    trip through L2 between the two kernels is most of a window's time
+ *    there.
  *
  * On the H200 (bench/results/h200/notes.md, verify) a window of 4 costs
  * 1.47-1.73x one replay step at batch 16 to 256 and 0.38-0.42x its four
@@ -57,6 +64,8 @@
 #include "rssm.h"
 
 #include <cuda_runtime.h>
+
+#include <stdlib.h>
 
 #include "kernel_common.cuh"
 #include "warp_tile.cuh"
@@ -158,43 +167,34 @@ __device__ __forceinline__ float gdn_scale(const CSmem &S, uint32_t gi, uint32_t
     return alpha * __shfl_sync(0xffffffffu, x, 0, kJ);
 }
 
-/* ------------------------------------------------ the coefficient kernel */
+/* ------------------------------------------------ the coefficients */
 
-/* One CTA per (row, value head) for KDA and per (row, q/k head) for GDN,
- * whose value heads of a q/k head differ only in their scalar decays (the
- * walk's sums are taken once for all of them), a warp per token (tokens t,
- * t + 8, ... on warp t), lane = 4 channels: each token's inputs, normalised,
- * its gates and its tentative ring entry (into the ring and into shared
- * memory), then, once every entry is there, each token's walk and sums into
- * its records. A token's record needs only inputs, so the tokens run side by
- * side: the warps' chains of shuffles and loads overlap one another and
- * other CTAs'. */
-template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_coef(const WArgs a)
+/* The records of value heads hv0 .. hv0 + G - 1 of row r (one q/k head's
+ * for GDN, one value head for KDA), computed by the CTA's NW warps, a warp
+ * per token (tokens t, t + NW, ... on warp t), lane = 4 key channels: each
+ * token's inputs, normalised, its gates and its tentative ring entry (into
+ * the ring where `append`, and into shared memory), then, once every entry
+ * is there, each token's walk and sums into record(gi, t). A token's record
+ * needs only inputs, so the tokens run side by side: the warps' chains of
+ * shuffles and loads overlap one another and other CTAs'. */
+template <int RT, int NW, typename Record>
+__device__ __forceinline__ void window_coefficients(const WArgs &a, CSmem &S, uint32_t r, const RowWindow &win,
+                                                    uint32_t hv0, uint32_t G, bool append, Record record)
 {
     using RRaw = typename Raw<RT>::T;
     using KVec = typename VecOf<4 * sizeof(RRaw)>::T; /* a lane's 4 channels of a ring k */
-    __shared__ __align__(16) CSmem S;
-
-    /* after the launch before (the readout's loads before its own pdl_wait
-     * rely on it), the readout may start: it has its tiles to load meanwhile */
-    pdl_step_start();
     const rssm_kernel_params &p = a.p;
     const rssm_layer_io &L = a.b.io;
     const uint32_t K = p.head_k, H = p.num_qk_heads, HV = p.num_v_heads;
     const uint32_t warp = threadIdx.x >> 5, lane = threadIdx.x & 31u, c0 = 4u * lane, warps = blockDim.x >> 5;
     const bool kda = p.gate_kind == RSSM_CODE_GATE_KDA;
-    const uint32_t heads = kda ? HV : H, G = kda ? 1u : HV / H; /* value heads of the CTA: hv0 .. hv0 + G - 1 */
-    const uint32_t r = blockIdx.x / heads, hv0 = kda ? blockIdx.x % heads : blockIdx.x % heads * G;
     const uint32_t h = hv0 / (HV / H);
-    const RowWindow win = row_window(a, r);
     const uint32_t n = win.n, T = win.T;
-    const bool mine = c0 < K, owner = hv0 % (HV / H) == 0; /* owner: appends the q/k head's k */
+    /* the first value head of a q/k head appends its k */
+    const bool mine = c0 < K, owner = append && hv0 % (HV / H) == 0;
     RRaw *ring_k = reinterpret_cast<RRaw *>(at_slot(L.ring_k, L.ring_k_slot, L.ring_k_head, win.slot, h));
     const auto ring_g = [&](uint32_t gi) {
         return reinterpret_cast<float *>(at_slot(L.ring_g, L.ring_g_slot, L.ring_g_head, win.slot, hv0 + gi));
-    };
-    const auto record = [&](uint32_t gi, uint32_t t) {
-        return a.b.scratch + ((size_t)(r * HV + hv0 + gi) * a.t_max + t) * kRStride;
     };
 
     /* The committed entries, warp w taking j = w, w + warps, ... */
@@ -216,7 +216,7 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
 
     /* Each token's inputs and entry; q, k and its own decay kept for its
      * walk. GDN: the value heads' gates and betas a lane each. */
-    constexpr int kTW = (kT + kCoefWarps - 1) / kCoefWarps; /* tokens per warp, at most */
+    constexpr int kTW = (kT + NW - 1) / NW; /* tokens per warp, at most */
     float q[kTW][4], k[kTW][4], al[kTW][4], kq[kTW];
 #pragma unroll
     for (int w = 0; w < kTW; ++w) {
@@ -227,7 +227,8 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
         if (!kda)
             for (uint32_t gi = lane; gi < G; gi += 32u) {
                 const HeadGate hg = head_gate(a, io, hv0 + gi);
-                ring_g(gi)[m] = hg.g;
+                if (append)
+                    ring_g(gi)[m] = hg.g;
                 S.gd[gi][m] = expf(hg.g);
                 record(gi, t)[kRMisc] = hg.beta;
             }
@@ -239,7 +240,7 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
             e[i] = window_entry<RT>(k[w][i], L.overflow, r, t);
-            if (kda && mine)
+            if (kda && mine && append)
                 ring_g(0)[(size_t)m * K + c0 + i] = g[i];
         }
         if (mine && owner)
@@ -288,27 +289,73 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
     }
 }
 
-/* ---------------------------------------------------- the readout kernel */
+/* One CTA per (row, value head) for KDA and per (row, q/k head) for GDN,
+ * whose value heads of a q/k head differ only in their scalar decays (the
+ * walk's sums are taken once for all of them); its records into the
+ * scratch, for the readout launched after it. */
+template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_coef(const WArgs a)
+{
+    __shared__ __align__(16) CSmem S;
+
+    /* after the launch before (the readout's loads before its own pdl_wait
+     * rely on it), the readout may start: it has its tiles to load meanwhile */
+    pdl_step_start();
+    const uint32_t H = a.p.num_qk_heads, HV = a.p.num_v_heads;
+    const bool kda = a.p.gate_kind == RSSM_CODE_GATE_KDA;
+    const uint32_t heads = kda ? HV : H, G = kda ? 1u : HV / H; /* value heads of the CTA: hv0 .. hv0 + G - 1 */
+    const uint32_t r = blockIdx.x / heads, hv0 = kda ? blockIdx.x % heads : blockIdx.x % heads * G;
+    const RowWindow win = row_window(a, r);
+    window_coefficients<RT, kCoefWarps>(a, S, r, win, hv0, G, true, [&](uint32_t gi, uint32_t t) {
+        return a.b.scratch + ((size_t)(r * HV + hv0 + gi) * a.t_max + t) * kRStride;
+    });
+}
+
+/* ---------------------------------------------------- the readout kernels */
+
+constexpr int kNT = kT / 4;  /* n-tiles of the products: tokens 4u..4u+3, each a q and a k column */
+constexpr int kRC = 2 * kJ;  /* a token's ring coefficients, then beta and k.q */
+constexpr uint32_t kBStride = WarpTile<kF32, 4, kRPL>::kBStride; /* the same for every tile */
+constexpr int kWeights = 8 * kNT * (int)kBStride; /* the weight columns, split (float4 each) */
+
+/* The readout's shared memory beside the weight columns. */
+struct ReadoutSmem {
+    float rc[kT][kRC + 4];
+    float dsm[kWarps][kJ][8 * kRPL]; /* every entry's d, as the ring holds it */
+    float vsm[kWarps][kT][8 * kRPL];
+};
+
+/* The one-launch window's (window_fused): the coefficients' entries where
+ * the weight columns go once the records are made, and the records. 61 KiB:
+ * dynamic shared memory, which every target the build has (sm_80 and newer)
+ * opts in to. */
+struct FusedSmem {
+    union {
+        float4 ws[kWeights];
+        CSmem walk;
+    } u;
+    ReadoutSmem r;
+    float rec[kT][kRStride];
+};
 
 /* kWarps warps of one (row, value head) per CTA, 8 * kRPL value rows per
- * warp; the tile loads go out before the records are waited for. The
- * checkpoint part of every token's two sums is one product of the tile with
- * the window's 2T weight columns on the tensor cores, before the token
- * loop; the loop is left the ring part, which needs the d of the tokens
- * before it. */
-template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps, 4) window_readout(const WArgs a)
+ * warp; the tile loads go out before the records are waited for (FUSED:
+ * before the CTA makes them itself). The checkpoint part of every token's
+ * two sums is one product of the tile with the window's 2T weight columns
+ * on the tensor cores, before the token loop; the loop is left the ring
+ * part, which needs the d of the tokens before it. */
+template <int ST, int CPT, int RT, bool FUSED>
+__device__ __forceinline__ void readout(const WArgs &a, float4 *ws, ReadoutSmem &R, CSmem *walk, float *recs)
 {
     using SRaw = typename Raw<ST>::T;
     using RRaw = typename Raw<RT>::T;
     using Tile = WarpTile<ST, CPT, kRPL>;
     constexpr int JL = kJ / 4;  /* committed entries per lane and row, at most */
     constexpr int TL = kT / 4;  /* tokens whose v a lane loads, per row */
-    constexpr int NT = kT / 4;  /* n-tiles: tokens 4u..4u+3, each a q and a k column */
-    constexpr int kRC = 2 * kJ; /* a token's ring coefficients, then beta and k.q */
-    __shared__ __align__(16) float4 ws[8 * NT * Tile::kBStride]; /* the weight columns, split */
-    __shared__ __align__(16) float rc[kT][kRC + 4];
-    __shared__ float dsm[kWarps][kJ][8 * kRPL]; /* every entry's d, as the ring holds it */
-    __shared__ float vsm[kWarps][kT][8 * kRPL];
+    constexpr int NT = kNT;
+    static_assert(Tile::kBStride == kBStride, "one weight layout for every tile");
+    float(&rc)[kT][kRC + 4] = R.rc;
+    float(&dsm)[kWarps][kJ][8 * kRPL] = R.dsm;
+    float(&vsm)[kWarps][kT][8 * kRPL] = R.vsm;
 
     const rssm_kernel_params &p = a.p;
     const uint32_t K = p.head_k, V = p.head_v, HV = p.num_v_heads;
@@ -353,11 +400,21 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
         }
     }
 
-    /* 2. The unit's records, once the coefficient kernel has written them:
-     * the weights split into TF32 parts as the product takes them (columns
-     * past 2T and channels past K zero), the rest as they are. */
-    pdl_wait();
-    const float *rec = a.b.scratch + (size_t)unit * a.t_max * kRStride;
+    /* 2. The unit's records: made here (FUSED; the first part CTA of a
+     * value head appends the window's k and gates to the ring), or waited
+     * for from the coefficient kernel. The weights are split into TF32
+     * parts as the product takes them (columns past 2T and channels past K
+     * zero), the rest kept as they are. */
+    const float *rec;
+    if constexpr (FUSED) {
+        window_coefficients<RT, kWarps>(a, *walk, r, win, hv, 1u, part == 0,
+                                        [&](uint32_t, uint32_t t) { return recs + (size_t)t * kRStride; });
+        __syncthreads(); /* the records made; the entries' arrays, under ws, free */
+        rec = recs;
+    } else {
+        pdl_wait();
+        rec = a.b.scratch + (size_t)unit * a.t_max * kRStride;
+    }
     constexpr uint32_t kPairs = kMaxK / 2;
     for (uint32_t e = threadIdx.x; e < 8u * ntiles * kPairs; e += 32u * kWarps) {
         const uint32_t col = e / kPairs, pr = e % kPairs, t = col >> 1;
@@ -445,6 +502,27 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     }
 }
 
+template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps, 4) window_readout(const WArgs a)
+{
+    __shared__ __align__(16) float4 ws[kWeights];
+    __shared__ __align__(16) ReadoutSmem R;
+    readout<ST, CPT, RT, false>(a, ws, R, nullptr, nullptr);
+}
+
+/* The window in one launch, for the small batches (rssm_cuda_window_launch):
+ * each readout CTA makes its value head's records itself, after its tile
+ * loads went out, where the pair's readout waits for a coefficient kernel
+ * that ran before it. A head's records are made once per part CTA (and a
+ * GDN q/k head's walk once per value head): arithmetic the small batch
+ * leaves the SMs room for, against a launch and a round trip through L2. */
+template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps, 1) window_fused(const WArgs a)
+{
+    extern __shared__ __align__(16) unsigned char fused_smem[];
+    FusedSmem &F = *reinterpret_cast<FusedSmem *>(fused_smem);
+    pdl_step_start();
+    readout<ST, CPT, RT, true>(a, F.u.ws, F.r, &F.u.walk, &F.rec[0][0]);
+}
+
 /* ------------------------------------------------------------ variants */
 
 using WindowFn = void (*)(const WArgs);
@@ -453,12 +531,32 @@ using WindowFn = void (*)(const WArgs);
 #define RSSM_WINDOW_STATES(RT) {window_readout<kF32, 4, RT>, window_readout<kBF16, 8, RT>, window_readout<kBF16, 4, RT>}
 const WindowFn kReadout[3][3] = {RSSM_WINDOW_STATES(kF32), RSSM_WINDOW_STATES(kF16), RSSM_WINDOW_STATES(kBF16)};
 #undef RSSM_WINDOW_STATES
+#define RSSM_WINDOW_STATES(RT) {window_fused<kF32, 4, RT>, window_fused<kBF16, 8, RT>, window_fused<kBF16, 4, RT>}
+const WindowFn kFused[3][3] = {RSSM_WINDOW_STATES(kF32), RSSM_WINDOW_STATES(kF16), RSSM_WINDOW_STATES(kBF16)};
+#undef RSSM_WINDOW_STATES
 const WindowFn kCoef[3] = {window_coef<kF32>, window_coef<kF16>, window_coef<kBF16>};
 
-WindowFn readout_fn(const rssm_kernel_params *p)
+uint32_t state_variant(const rssm_kernel_params *p)
 {
-    const uint32_t state = p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0u : p->head_k % 8u == 0 ? 1u : 2u;
-    return kReadout[p->ring_dtype][state];
+    return p->state_dtype == RSSM_CODE_DTYPE_F32 ? 0u : p->head_k % 8u == 0 ? 1u : 2u;
+}
+WindowFn readout_fn(const rssm_kernel_params *p) { return kReadout[p->ring_dtype][state_variant(p)]; }
+WindowFn fused_fn(const rssm_kernel_params *p) { return kFused[p->ring_dtype][state_variant(p)]; }
+
+/* The most rows a window runs in one launch (window_fused), where the
+ * pair's two launches and its round trip through L2 are most of a window's
+ * time: batches of up to 4 rows (bench/results/h200/notes.md, verify
+ * windows). RSSM_CUDA_WINDOW_FUSED_ROWS=N sets it for measuring (0: never). */
+uint32_t fused_rows()
+{
+    const char *env = getenv("RSSM_CUDA_WINDOW_FUSED_ROWS");
+    if (env && *env) {
+        char *end = nullptr;
+        const unsigned long v = strtoul(env, &end, 10);
+        if (end && *end == '\0')
+            return v > 0xffffu ? 0xffffu : (uint32_t)v;
+    }
+    return 4u;
 }
 
 } /* namespace */
@@ -474,10 +572,17 @@ extern "C" size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, ui
     return (size_t)rows * p->num_v_heads * t_max * kRStride * sizeof(float);
 }
 
-extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, const rssm_cuda_plan *plan)
+extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, rssm_cuda_plan *plan)
 {
     if (!rssm_cuda_window_supported(p))
         return cudaErrorInvalidValue;
+    plan->window_fused_rows = fused_rows();
+    if (plan->window_fused_rows) {
+        const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fused_fn(p)),
+                                                   cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(FusedSmem));
+        if (e != cudaSuccess)
+            return e;
+    }
     /* the persistent readout runs only beside the bulk kernel */
     if (plan->kernel != RSSM_CUDA_KERNEL_BULK || !rssm_cuda_window_bulk_supported(p, 1u))
         return cudaSuccess;
@@ -497,6 +602,9 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
         return cudaErrorInvalidValue;
     const WArgs a = window_args(p, b, drafts, rows, t_max, (p->head_v + kRowsPerCta - 1u) / kRowsPerCta);
     const uint32_t units = rows * p->num_v_heads;
+    if (rows <= plan->window_fused_rows)
+        return launch_dependent(fused_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a, plan_pdl(plan),
+                                sizeof(FusedSmem));
     const uint32_t coef_ctas = rows * (p->gate_kind == RSSM_CODE_GATE_KDA ? p->num_v_heads : p->num_qk_heads);
     const uint32_t coef_warps = t_max < (uint32_t)kCoefWarps ? t_max : (uint32_t)kCoefWarps;
     cudaError_t e = launch_dependent(kCoef[p->ring_dtype], dim3(coef_ctas), dim3(32u * coef_warps), stream, a,
