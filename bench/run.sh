@@ -89,6 +89,12 @@ find_lib() {
 
 # python3 with the package from the tree and the CLI's library
 py() { PYTHONPATH="$ROOT/python" RSSM_LIBRARY="$LIB" PYTHONUNBUFFERED=1 python3 "$@"; }
+# py under a time limit of $1 seconds (timeout runs programs, not functions)
+py_for() {
+  local limit=$1
+  shift
+  timeout "$limit" env PYTHONPATH="$ROOT/python" RSSM_LIBRARY="$LIB" PYTHONUNBUFFERED=1 python3 "$@"
+}
 
 has_torch_gpu() { [ -n "$GPU" ] && python3 -c "import torch; assert torch.cuda.is_available()" 2>/dev/null; }
 

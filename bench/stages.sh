@@ -1,5 +1,5 @@
 # The stages of bench/run.sh beyond its default four, sourced by it (its
-# helpers: note, at, py, find_lib, vulkan_loader, mps_start, mps_stop,
+# helpers: note, at, py, py_for, find_lib, vulkan_loader, mps_start, mps_stop,
 # variant_args; OUT_DIR, CLI, LIB, GPU, SHAPE). Each writes into
 # OUT_DIR/STAGE/ but for sm78 and verify, whose JSON the stage `record`
 # reads from OUT_DIR. Binaries built elsewhere are carried in BIN (default
@@ -81,7 +81,7 @@ stage_verify() {
   at
   find_lib || return
   if [ "${LAYER_CHECK:-1}" = 1 ]; then
-    timeout 300 py bench/check_layer_verify.py >"$O/check_layer_verify.txt" 2>&1
+    py_for 300 bench/check_layer_verify.py >"$O/check_layer_verify.txt" 2>&1
     note "check_layer_verify.py: rc $?"
     tail -14 "$O/check_layer_verify.txt"
   fi
@@ -97,7 +97,7 @@ stage_verify() {
   fi
   if [ "${TORCH_VERIFY:-1}" = 1 ]; then
     # shellcheck disable=SC2086 # TORCH_VERIFY_ARGS is a list of options
-    timeout 400 py bench/verify_graph.py --out "$OUT_DIR" ${TORCH_VERIFY_ARGS:-} >"$O/verify_graph.txt" 2>&1
+    py_for 400 bench/verify_graph.py --out "$OUT_DIR" ${TORCH_VERIFY_ARGS:-} >"$O/verify_graph.txt" 2>&1
     note "verify_graph.py: rc $?"
     at
   fi
@@ -448,7 +448,7 @@ stage_peers() {
   find_lib || return
   PEERS_DIR=${PEERS:-.peers/decode} OUT_JSON=$O/harness.json BUDGET_S=${BUDGET_S:-270} STAG_CFGS=gdn:fp32 \
     CONFIGS=${PEERS_CONFIGS:-gdn:fp32,kda:fp32,gdn:bf16,kda:bf16} BATCHES=${PEERS_BATCHES:-1,4,8,16,64,128,256,512} \
-    timeout 330 py "$h/anchor_bench.py" >"$O/harness.log" 2>&1
+    py_for 330 "$h/anchor_bench.py" >"$O/harness.log" 2>&1
   note "peers: anchor harness: rc $?"
   python3 "$h/table.py" "$O/harness.json" | tee "$O/table.txt"
 }
@@ -461,7 +461,7 @@ stage_accuracy() {
   O=$(stage_dir accuracy)
   find_lib || return
   [ -n "$w" ] || { note "accuracy: no SGLang wheel (SGLANG_WHEEL)"; return; }
-  timeout 500 py bench/accuracy.py --sglang-wheel "$w" --out "$O/accuracy.json" >"$O/accuracy.txt" 2>&1
+  py_for 500 bench/accuracy.py --sglang-wheel "$w" --out "$O/accuracy.json" >"$O/accuracy.txt" 2>&1
   note "accuracy.py: rc $?"
   tail -20 "$O/accuracy.txt"
 }
@@ -473,7 +473,7 @@ stage_mini_engine() {
   O=$(stage_dir mini_engine)
   find_lib || return
   # shellcheck disable=SC2086
-  timeout 500 py bench/mini_engine.py --out "$O/mini_engine.json" ${MINI_ENGINE_ARGS:-} >"$O/mini_engine.txt" 2>&1
+  py_for 500 bench/mini_engine.py --out "$O/mini_engine.json" ${MINI_ENGINE_ARGS:-} >"$O/mini_engine.txt" 2>&1
   note "mini_engine.py: rc $?"
   tail -12 "$O/mini_engine.txt"
 }

@@ -342,22 +342,25 @@ static rssm_status window_reserve(CudaBatch *b, uint32_t rows, uint32_t t_max, r
     return RSSM_OK;
 }
 
-/* The fewest draft tokens the window kernels run for `rows` rows: one token
- * must be a step, bit for bit (docs/design.md §9); beyond that, what the
- * H200 measured (torch in CUDA graphs, bench/results/h200/notes.md, History:
- * verify): where the plan runs the bulk kernel (batches that give every SM a
- * row and head), a window of 2 took 0.66-0.83x the time of its 2 steps;
- * below that (batch 1), on the two-kernel window, 1.13-1.22x, and a window of
- * 4 0.57-0.60x its 4 steps. The one-launch window of the small batches
- * (plan.window_fused_rows) is one launch where two steps are two. */
-static uint32_t window_min_tokens(const rssm_cuda_plan &plan, uint32_t rows)
+/* Whether the window kernels run a window of `rows` rows and up to t_max
+ * tokens, else its tokens run as steps: one token must be a step, bit for
+ * bit (docs/design.md §9); beyond that, what the H200 measured (torch in
+ * CUDA graphs, bench/results/h200/notes.md, History: verify): where the plan
+ * runs the bulk kernel (batches that give every SM a row and head), a window
+ * of 2 took 0.66-0.83x the time of its 2 steps; below that (batch 1), on the
+ * two-kernel window, 1.13-1.22x, and a window of 4 0.57-0.60x its 4 steps.
+ * The one-launch window of the small batches (rssm_cuda_window_fused) took
+ * 0.94-0.95x its 2 steps at batch 1 (bench/results/h100/notes.md). */
+static bool window_runs(const rssm_cuda_plan &plan, uint32_t rows, uint32_t t_max)
 {
-    return plan.kernel == RSSM_CUDA_KERNEL_BULK || rows <= plan.window_fused_rows ? 2u : 4u;
+    if (t_max < 2u)
+        return false;
+    return plan.kernel == RSSM_CUDA_KERNEL_BULK || t_max >= 4u || rssm_cuda_window_fused(&plan, rows, t_max);
 }
 
 /* The window of every row at once (window_kernel.cu), layer by layer: the
  * layer's tokens up, the window's launches, its outputs down. Windows the
- * kernels do not take (fewer than window_min_tokens, rings beyond the
+ * kernels do not take (window_runs, rings beyond the
  * stream kernels') are handed back to common code, which runs them one step
  * per token. */
 rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_row_header *hdr,
@@ -368,7 +371,7 @@ rssm_status cuda_batch_verify(void *ctx, void *batch, uint32_t rows, const rssm_
     CudaCtx *c = static_cast<CudaCtx *>(ctx);
     CudaBatch *b = static_cast<CudaBatch *>(batch);
     const rssm_kernel_params &p = b->params;
-    if (t_max < window_min_tokens(b->plan, rows) || !rssm_cuda_window_supported(&p))
+    if (!window_runs(b->plan, rows, t_max) || !rssm_cuda_window_supported(&p))
         return rssm_set_error(err, RSSM_ERR_UNSUPPORTED, "cuda: this window runs one step per token");
     rssm_status st = window_reserve(b, rows, t_max, err);
     if (st != RSSM_OK)

@@ -643,7 +643,7 @@ extern "C" void rssm_cuda_plan_init(rssm_cuda_plan *plan, const rssm_kernel_para
     plan->allow = allow;
     plan->bulk_stages = 0;
     plan->bulk_tc = 0;
-    plan->window_fused_rows = 0;
+    plan->window_fused_tokens = 0;
     const uint64_t items = heads * plan->chunks;
     const uint64_t grid = sms * ctas;
     plan->grid = (uint32_t)(items < grid ? items : grid);

@@ -80,8 +80,9 @@ typedef struct rssm_cuda_plan {
     uint32_t bulk_tc;           /* bulk kernel: the parts of the step on the tensor cores,
                                    0 none, 1 the flush, 2 the flush and the readout
                                    (set by prepare) */
-    uint32_t window_fused_rows; /* verify windows of at most this many rows run in one
-                                   launch (set by rssm_cuda_window_prepare; 0 before) */
+    uint32_t window_fused_tokens; /* verify windows of at most this many rows x tokens
+                                     run in one launch (rssm_cuda_window_fused; set by
+                                     rssm_cuda_window_prepare, 0 before) */
     int sm_count;
 } rssm_cuda_plan;
 
@@ -174,8 +175,8 @@ cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_b
  * report) gets the first token of row r whose entry its ring dtype could not
  * hold. Rings of up to RSSM_CUDA_STREAM_MAX_RING entries, as the stream
  * kernels; prepare with the plan the window launches with (its kernel
- * final), before launching, outside stream capture. One kernel for at most
- * plan->window_fused_rows rows (window_kernel.cu's window_fused), else two:
+ * final), before launching, outside stream capture. One kernel where
+ * rssm_cuda_window_fused says (window_kernel.cu's window_fused), else two:
  * where the plan runs the bulk kernel and the window has at most 8 tokens,
  * the persistent window_bulk_kernel.cu (b->work its counters); otherwise
  * window_kernel.cu's pair (b->scratch holding rssm_cuda_window_scratch_bytes
@@ -183,6 +184,12 @@ cudaError_t rssm_cuda_bulk_launch(const rssm_kernel_params *p, const rssm_cuda_b
 int rssm_cuda_window_supported(const rssm_kernel_params *p);
 size_t rssm_cuda_window_scratch_bytes(const rssm_kernel_params *p, uint32_t rows, uint32_t t_max);
 cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, rssm_cuda_plan *plan);
+/* Whether a window of `rows` rows and up to t_max tokens runs in one launch:
+ * up to 4 tokens and plan->window_fused_tokens rows x tokens, the budget
+ * rssm_cuda_window_fused_budget() gives prepare (RSSM_CUDA_WINDOW_FUSED
+ * overrides). */
+int rssm_cuda_window_fused(const rssm_cuda_plan *plan, uint32_t rows, uint32_t t_max);
+uint32_t rssm_cuda_window_fused_budget(void);
 cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, const uint32_t *drafts, uint32_t rows,
                                     uint32_t t_max, cudaStream_t stream);

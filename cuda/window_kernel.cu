@@ -35,7 +35,7 @@
  *    ring part over the committed entries and the window's earlier ones
  *    (their d kept in shared memory as the ring holds them), d, o and the
  *    append of d. The tile is never written back: a window has no flush;
- *  - at the small batches (up to plan->window_fused_rows rows), one kernel:
+ *  - at the small batches (rssm_cuda_window_fused), one kernel:
  *    the readout, each CTA making its value head's records itself (the
  *    coefficient kernel's work on its 4 warps) after its tile loads went
  *    out, into shared memory; the chain of a launch, a wait and a round
@@ -543,23 +543,35 @@ uint32_t state_variant(const rssm_kernel_params *p)
 WindowFn readout_fn(const rssm_kernel_params *p) { return kReadout[p->ring_dtype][state_variant(p)]; }
 WindowFn fused_fn(const rssm_kernel_params *p) { return kFused[p->ring_dtype][state_variant(p)]; }
 
-/* The most rows a window runs in one launch (window_fused), where the
- * pair's two launches and its round trip through L2 are most of a window's
- * time: batches of up to 4 rows (bench/results/h200/notes.md, verify
- * windows). RSSM_CUDA_WINDOW_FUSED_ROWS=N sets it for measuring (0: never). */
-uint32_t fused_rows()
+/* A window in one launch (window_fused) takes at most this many tokens: its
+ * 4 warps walk the tokens' coefficients in turn before the readout, where
+ * the pair's coefficient kernel has a warp per token (and a GDN q/k head's
+ * value heads at once); measured, batch 1, 8 tokens: 16.3 us against the
+ * pair's 12.7 (bench/results/h100/notes.md, verify windows). */
+constexpr uint32_t kFusedMaxT = 4u;
+
+} /* namespace */
+
+/* The rows x tokens a window runs in one launch, at most: 8 (a row of 2-4
+ * tokens, 2 rows of up to 4, 4 of 2: where it measured faster than the
+ * pair, bench/results/h100/notes.md, verify windows). RSSM_CUDA_WINDOW_FUSED=N
+ * sets it for measuring (0: never). */
+extern "C" uint32_t rssm_cuda_window_fused_budget(void)
 {
-    const char *env = getenv("RSSM_CUDA_WINDOW_FUSED_ROWS");
+    const char *env = getenv("RSSM_CUDA_WINDOW_FUSED");
     if (env && *env) {
         char *end = nullptr;
         const unsigned long v = strtoul(env, &end, 10);
         if (end && *end == '\0')
             return v > 0xffffu ? 0xffffu : (uint32_t)v;
     }
-    return 4u;
+    return 8u;
 }
 
-} /* namespace */
+extern "C" int rssm_cuda_window_fused(const rssm_cuda_plan *plan, uint32_t rows, uint32_t t_max)
+{
+    return t_max <= kFusedMaxT && (uint64_t)rows * t_max <= plan->window_fused_tokens;
+}
 
 extern "C" int rssm_cuda_window_supported(const rssm_kernel_params *p)
 {
@@ -576,8 +588,8 @@ extern "C" cudaError_t rssm_cuda_window_prepare(const rssm_kernel_params *p, rss
 {
     if (!rssm_cuda_window_supported(p))
         return cudaErrorInvalidValue;
-    plan->window_fused_rows = fused_rows();
-    if (plan->window_fused_rows) {
+    plan->window_fused_tokens = rssm_cuda_window_fused_budget();
+    if (plan->window_fused_tokens) {
         const cudaError_t e = cudaFuncSetAttribute(reinterpret_cast<const void *>(fused_fn(p)),
                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, (int)sizeof(FusedSmem));
         if (e != cudaSuccess)
@@ -602,7 +614,7 @@ extern "C" cudaError_t rssm_cuda_window_launch(const rssm_kernel_params *p, cons
         return cudaErrorInvalidValue;
     const WArgs a = window_args(p, b, drafts, rows, t_max, (p->head_v + kRowsPerCta - 1u) / kRowsPerCta);
     const uint32_t units = rows * p->num_v_heads;
-    if (rows <= plan->window_fused_rows)
+    if (rssm_cuda_window_fused(plan, rows, t_max))
         return launch_dependent(fused_fn(p), dim3(units * a.ctas), dim3(32u * kWarps), stream, a, plan_pdl(plan),
                                 sizeof(FusedSmem));
     const uint32_t coef_ctas = rows * (p->gate_kind == RSSM_CODE_GATE_KDA ? p->num_v_heads : p->num_qk_heads);

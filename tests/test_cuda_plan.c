@@ -131,12 +131,44 @@ static void test_bulk_stages(void **state)
     unsetenv("RSSM_CUDA_BULK_STAGES");
 }
 
+/* The one-launch verify window (docs/design.md §9): windows of up to 4
+ * tokens and 8 rows x tokens once prepared (none before);
+ * RSSM_CUDA_WINDOW_FUSED sets the budget, not the 4 tokens. */
+static void test_window_fused(void **state)
+{
+    (void)state;
+    unsetenv("RSSM_CUDA_WINDOW_FUSED");
+    const rssm_kernel_params one = params(1, 1);
+    rssm_cuda_plan pl = plan(&one, RSSM_CUDA_ALLOW_PDL);
+    assert_false(rssm_cuda_window_fused(&pl, 1, 2));
+    pl.window_fused_tokens = rssm_cuda_window_fused_budget();
+    assert_int_equal(pl.window_fused_tokens, 8);
+    assert_true(rssm_cuda_window_fused(&pl, 1, 2));
+    assert_true(rssm_cuda_window_fused(&pl, 1, 4));
+    assert_true(rssm_cuda_window_fused(&pl, 2, 4));
+    assert_true(rssm_cuda_window_fused(&pl, 4, 2));
+    assert_false(rssm_cuda_window_fused(&pl, 1, 8));
+    assert_false(rssm_cuda_window_fused(&pl, 4, 4));
+    assert_false(rssm_cuda_window_fused(&pl, 3, 3));
+    setenv("RSSM_CUDA_WINDOW_FUSED", "16", 1);
+    pl.window_fused_tokens = rssm_cuda_window_fused_budget();
+    assert_true(rssm_cuda_window_fused(&pl, 4, 4));
+    assert_false(rssm_cuda_window_fused(&pl, 2, 8));
+    setenv("RSSM_CUDA_WINDOW_FUSED", "0", 1);
+    pl.window_fused_tokens = rssm_cuda_window_fused_budget();
+    assert_false(rssm_cuda_window_fused(&pl, 1, 2));
+    setenv("RSSM_CUDA_WINDOW_FUSED", "many", 1);
+    assert_int_equal(rssm_cuda_window_fused_budget(), 8);
+    unsetenv("RSSM_CUDA_WINDOW_FUSED");
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_plan_allow),
         cmocka_unit_test(test_bulk_mode),
         cmocka_unit_test(test_bulk_stages),
+        cmocka_unit_test(test_window_fused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

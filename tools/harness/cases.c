@@ -16,6 +16,7 @@
  *   fp16-ring-overflow                            ring entries beyond fp16's range
  *   verify-T8, verify-T7-L8, verify-T4-fp16-ring  speculative-decode windows (docs/design.md §9),
  *   verify-T4-fp16-io                             the last with fp16 io
+ *   verify-T3-B2                                  windows of up to 3 on 2 rows
  *   shape-...                                     odd head sizes (K = 36, V = 20; K = 64, V = 48),
  *                                                 L = 17 / 18, V = 256, 48 rows
  *   packed/...                                    the packed decode itself
@@ -272,6 +273,13 @@ rssm_status rh_cases_default(const rh_case_options *opt, rh_case **cases, size_t
         ADD("verify-T4-fp16-ring", "replay");
         c.model.io_dtype = RSSM_DTYPE_F16; /* the windows' own loads and stores */
         ADD("verify-T4-fp16-io", "replay");
+        /* Windows of up to 3 tokens on 2 rows: what the cuda backend runs
+         * in one launch (rssm_cuda_window_fused), with an fp16 ring. */
+        c = base_case(p, 1, 16, &o);
+        c.batch = o.batch ? o.batch : 2;
+        c.verify = 3;
+        c.model.ring_dtype = RSSM_DTYPE_F16;
+        ADD("verify-T3-B2", "replay");
         /* Shapes at the edges of the device kernels' tilings: partial
          * channel groups and row tiles (K = 36, V = 20, H != HV), a narrow
          * KDA head, the longest ring a stream kernel takes (L = 17) and one
