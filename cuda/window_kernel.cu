@@ -82,6 +82,14 @@ constexpr int kCoefWarps = 8;  /* coefficient CTA: a warp per token, up to 8 at 
 constexpr int kWarps = 4;      /* readout CTA */
 constexpr int kRPL = 2;        /* value rows per lane */
 constexpr int kRowsPerCta = kWarps * 8 * kRPL;
+/* A window in one launch (window_fused) takes at most this many tokens, a
+ * warp's each: with more, its 4 warps would walk the tokens' coefficients in
+ * turn before the readout, where the pair's coefficient kernel has a warp
+ * per token (and a GDN q/k head's value heads at once); measured, batch 1,
+ * 8 tokens: 16.3 us against the pair's 12.7 (bench/results/h100/notes.md,
+ * verify windows). */
+constexpr uint32_t kFusedMaxT = 4u;
+static_assert(kFusedMaxT <= (uint32_t)kWarps, "a warp per token of a one-launch window");
 static_assert(kT <= kJ && 2 * kJ == 32, "a window fits the ring; 2 kJ sums fill a warp's reduce-scatter");
 
 /* A coefficient CTA's entries: every ring entry its tokens walk (the
@@ -170,14 +178,16 @@ __device__ __forceinline__ float gdn_scale(const CSmem &S, uint32_t gi, uint32_t
 /* ------------------------------------------------ the coefficients */
 
 /* The records of value heads hv0 .. hv0 + G - 1 of row r (one q/k head's
- * for GDN, one value head for KDA), computed by the CTA's NW warps, a warp
- * per token (tokens t, t + NW, ... on warp t), lane = 4 key channels: each
+ * for GDN, one value head for KDA) for a window of at most TMAX tokens,
+ * computed by the CTA's NW warps (NW at most: the coefficient kernel may
+ * have fewer), a warp per token (tokens t, t + warps, ... on warp t), lane
+ * = 4 key channels: each
  * token's inputs, normalised, its gates and its tentative ring entry (into
  * the ring where `append`, and into shared memory), then, once every entry
  * is there, each token's walk and sums into record(gi, t). A token's record
  * needs only inputs, so the tokens run side by side: the warps' chains of
  * shuffles and loads overlap one another and other CTAs'. */
-template <int RT, int NW, typename Record>
+template <int RT, int NW, int TMAX, typename Record>
 __device__ __forceinline__ void window_coefficients(const WArgs &a, CSmem &S, uint32_t r, const RowWindow &win,
                                                     uint32_t hv0, uint32_t G, bool append, Record record)
 {
@@ -216,7 +226,7 @@ __device__ __forceinline__ void window_coefficients(const WArgs &a, CSmem &S, ui
 
     /* Each token's inputs and entry; q, k and its own decay kept for its
      * walk. GDN: the value heads' gates and betas a lane each. */
-    constexpr int kTW = (kT + NW - 1) / NW; /* tokens per warp, at most */
+    constexpr int kTW = (TMAX + NW - 1) / NW; /* tokens per warp, at most (T <= TMAX) */
     float q[kTW][4], k[kTW][4], al[kTW][4], kq[kTW];
 #pragma unroll
     for (int w = 0; w < kTW; ++w) {
@@ -305,7 +315,7 @@ template <int RT> __global__ void __launch_bounds__(32 * kCoefWarps, 3) window_c
     const uint32_t heads = kda ? HV : H, G = kda ? 1u : HV / H; /* value heads of the CTA: hv0 .. hv0 + G - 1 */
     const uint32_t r = blockIdx.x / heads, hv0 = kda ? blockIdx.x % heads : blockIdx.x % heads * G;
     const RowWindow win = row_window(a, r);
-    window_coefficients<RT, kCoefWarps>(a, S, r, win, hv0, G, true, [&](uint32_t gi, uint32_t t) {
+    window_coefficients<RT, kCoefWarps, kT>(a, S, r, win, hv0, G, true, [&](uint32_t gi, uint32_t t) {
         return a.b.scratch + ((size_t)(r * HV + hv0 + gi) * a.t_max + t) * kRStride;
     });
 }
@@ -407,7 +417,7 @@ __device__ __forceinline__ void readout(const WArgs &a, float4 *ws, ReadoutSmem 
      * zero), the rest kept as they are. */
     const float *rec;
     if constexpr (FUSED) {
-        window_coefficients<RT, kWarps>(a, *walk, r, win, hv, 1u, part == 0,
+        window_coefficients<RT, kWarps, kFusedMaxT>(a, *walk, r, win, hv, 1u, part == 0,
                                         [&](uint32_t, uint32_t t) { return recs + (size_t)t * kRStride; });
         __syncthreads(); /* the records made; the entries' arrays, under ws, free */
         rec = recs;
@@ -509,7 +519,8 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
     readout<ST, CPT, RT, false>(a, ws, R, nullptr, nullptr);
 }
 
-/* The window in one launch, for the small batches (rssm_cuda_window_launch):
+/* The window in one launch, for the small batches (rssm_cuda_window_fused
+ * decides, so a window has at most kFusedMaxT tokens here):
  * each readout CTA makes its value head's records itself, after its tile
  * loads went out, where the pair's readout waits for a coefficient kernel
  * that ran before it. A head's records are made once per part CTA (and a
@@ -542,13 +553,6 @@ uint32_t state_variant(const rssm_kernel_params *p)
 }
 WindowFn readout_fn(const rssm_kernel_params *p) { return kReadout[p->ring_dtype][state_variant(p)]; }
 WindowFn fused_fn(const rssm_kernel_params *p) { return kFused[p->ring_dtype][state_variant(p)]; }
-
-/* A window in one launch (window_fused) takes at most this many tokens: its
- * 4 warps walk the tokens' coefficients in turn before the readout, where
- * the pair's coefficient kernel has a warp per token (and a GDN q/k head's
- * value heads at once); measured, batch 1, 8 tokens: 16.3 us against the
- * pair's 12.7 (bench/results/h100/notes.md, verify windows). */
-constexpr uint32_t kFusedMaxT = 4u;
 
 } /* namespace */
 
