@@ -11,9 +11,9 @@ Shapes: Qwen3.5 GDN and Kimi-Linear KDA layers (docs/design.md §5), L = 16,
 fp16 ring, batch 64 (--rows: 4 or fewer take the one-launch window of the
 small batches), windows of 2, 4 and 8 from random ring positions (the
 committed entries random too), the windows of 4 without an overflow array
-(no report asked: no reset before the kernel); each of the configurations below: fp32 state
-with precomputed gates and fp32 activations, bf16 state with raw gates
-(A_log, dt_bias) and bf16 activations. Exit status 1 if a check failed; a
+(no report asked: no reset before the kernel); each of the configurations
+below: fp32 state with precomputed gates and fp32 activations, bf16 state
+with raw gates (A_log, dt_bias) and bf16 activations. Exit status 1 if a check failed; a
 table last.
 """
 

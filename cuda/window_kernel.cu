@@ -179,14 +179,14 @@ __device__ __forceinline__ float gdn_scale(const CSmem &S, uint32_t gi, uint32_t
 
 /* The records of value heads hv0 .. hv0 + G - 1 of row r (one q/k head's
  * for GDN, one value head for KDA) for a window of at most TMAX tokens,
- * computed by the CTA's NW warps (NW at most: the coefficient kernel may
- * have fewer), a warp per token (tokens t, t + warps, ... on warp t), lane
- * = 4 key channels: each
- * token's inputs, normalised, its gates and its tentative ring entry (into
- * the ring where `append`, and into shared memory), then, once every entry
- * is there, each token's walk and sums into record(gi, t). A token's record
- * needs only inputs, so the tokens run side by side: the warps' chains of
- * shuffles and loads overlap one another and other CTAs'. */
+ * computed by the CTA's warps (NW at most: the coefficient kernel may have
+ * fewer), a warp per token (tokens t, t + warps, ... on warp t), lane = 4
+ * key channels: each token's inputs, normalised, its gates and its
+ * tentative ring entry (into the ring where `append`, and into shared
+ * memory), then, once every entry is there, each token's walk and sums into
+ * record(gi, t). A token's record needs only inputs, so the tokens run side
+ * by side: the warps' chains of shuffles and loads overlap one another and
+ * other CTAs'. */
 template <int RT, int NW, int TMAX, typename Record>
 __device__ __forceinline__ void window_coefficients(const WArgs &a, CSmem &S, uint32_t r, const RowWindow &win,
                                                     uint32_t hv0, uint32_t G, bool append, Record record)
@@ -418,7 +418,7 @@ __device__ __forceinline__ void readout(const WArgs &a, float4 *ws, ReadoutSmem 
     const float *rec;
     if constexpr (FUSED) {
         window_coefficients<RT, kWarps, kFusedMaxT>(a, *walk, r, win, hv, 1u, part == 0,
-                                        [&](uint32_t, uint32_t t) { return recs + (size_t)t * kRStride; });
+                                                    [&](uint32_t, uint32_t t) { return recs + (size_t)t * kRStride; });
         __syncthreads(); /* the records made; the entries' arrays, under ws, free */
         rec = recs;
     } else {
@@ -520,10 +520,10 @@ template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps
 }
 
 /* The window in one launch, for the small batches (rssm_cuda_window_fused
- * decides, so a window has at most kFusedMaxT tokens here):
- * each readout CTA makes its value head's records itself, after its tile
- * loads went out, where the pair's readout waits for a coefficient kernel
- * that ran before it. A head's records are made once per part CTA (and a
+ * decides, so a window has at most kFusedMaxT tokens here): each readout CTA
+ * makes its value head's records itself, after its tile loads went out,
+ * where the pair's readout waits for a coefficient kernel that ran before
+ * it. A head's records are made once per part CTA (and a
  * GDN q/k head's walk once per value head): arithmetic the small batch
  * leaves the SMs room for, against a launch and a round trip through L2. */
 template <int ST, int CPT, int RT> __global__ void __launch_bounds__(32 * kWarps, 1) window_fused(const WArgs a)
