@@ -384,7 +384,10 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
         if (n > 0u)
             ring_operand<false>(co + C::FLOATS, V, v0, n, lane, ring);
         uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
-        flush_rows<ST, RT, RING, false>(stage, row0, Cr, K, ring, n, co + kCoAG, co + kCoKV,
+        const auto from_stage = [&](int, uint32_t G, float(&c)[8]) {
+            state8_load<ST>(stage + ((size_t)(row0 + (lane >> 2)) * K + 32u * G + 8u * (lane & 3u)) * Gm::SB, c);
+        };
+        flush_rows<ST, RT, RING, false>(from_stage, Cr, K, ring, n, co + kCoAG, co + kCoKV,
                                         reinterpret_cast<const uint32_t *>(co + C::KG), {d_mine, 0.0f});
     } else {
         float d[R];
@@ -506,7 +509,8 @@ __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage,
     if (!flush)
         return;
     uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * sizeof(uint16_t);
-    flush_rows<ST, RT, RING, true>(stage, w0, Cr, K, ring, n, co + kCoAG, co + kCoKV,
+    const auto from_readout = [&](int i, uint32_t G, float(&c)[8]) { StateVec<ST, 8>::unpack(x[i][G], c); };
+    flush_rows<ST, RT, RING, true>(from_readout, Cr, K, ring, n, co + kCoAG, co + kCoKV,
                                    reinterpret_cast<const uint32_t *>(co + C::KG), d);
 }
 
@@ -669,24 +673,24 @@ bool bulk_ring_fits(const rssm_kernel_params *p, int mode)
 }
 
 /* Which parts of the step a plan runs on the tensor cores: the flush and
- * the readout for GDN with a bf16 state and a 16-bit ring, the FFMA
- * kernels otherwise. Measured with bench/tensor_cores.sh on an H100, on
- * all 132 SMs and on 78 (bench/results/h100/notes.md, "The tensor-core
- * data path"): there GDN's replay cycle took 1.5-3.5% less and its flush
- * 7-13% less; KDA's flush gained as much but its replay cycle took 0.2-3%
- * more (its coefficient warps, which also write the MMA fragments, bind
- * first); a 16-bit packed readout took 4-6% more (33-39% at 78 SMs), and
- * every fp32-state step 1-4% more (the FFMA consumers hold 8 rows a warp,
- * so their ring sum's m16 tiles are half filled).
- * RSSM_CUDA_TENSOR_CORES=0, =flush or =1 forces a mode for measuring
- * (docs/h200.md); a mode whose ring buffer the shape does not fit falls
- * back to the FFMA kernels, which take every shape rssm_cuda_bulk_supported
- * accepts. */
+ * the readout for a bf16 state with a 16-bit ring (GDN and KDA), the FFMA
+ * kernels otherwise. Measured with rssm bench on an H100, on all 132 SMs
+ * and on 78 (bench/results/h100/notes.md, "The tensor-core data path" and
+ * "The flush from the readout's registers"): with the flush taking C from
+ * the readout's registers, a bf16 flush step takes 18-20% less than on
+ * FFMA (27-35% at 78 SMs) and the replay cycle 1-6% less for GDN; KDA's
+ * cycle gains 1-2% where its flush gains as much, its readout steps
+ * taking 1-2% more (its coefficient warps, which also write the MMA
+ * fragments, bind them). A 16-bit packed readout stays FFMA (2% longer on
+ * the tensor cores on all SMs, even at 78), as does every fp32-state step
+ * (1-4% longer: the FFMA consumers hold 8 rows a warp, so their ring sum's
+ * m16 tiles are half filled). RSSM_CUDA_TENSOR_CORES=0, =flush or =1
+ * forces a mode for measuring (docs/h200.md); a mode whose ring buffer the
+ * shape does not fit falls back to the FFMA kernels, which take every
+ * shape rssm_cuda_bulk_supported accepts. */
 int bulk_mode(const rssm_kernel_params *p)
 {
-    int mode = p->gate_kind != RSSM_CODE_GATE_KDA && p->state_dtype == RSSM_CODE_DTYPE_BF16 && p->ring_cap != 0
-                   ? kTcAll
-                   : kTcOff;
+    int mode = p->state_dtype == RSSM_CODE_DTYPE_BF16 && p->ring_cap != 0 ? kTcAll : kTcOff;
     const char *env = getenv("RSSM_CUDA_TENSOR_CORES");
     if (env && strcmp(env, "0") == 0)
         mode = kTcOff;

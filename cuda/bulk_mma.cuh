@@ -192,12 +192,15 @@ template <int ST> __device__ __forceinline__ void state8_store(uint8_t *p, const
  * rounded to the state dtype ST and stored: lane (g, t4) takes row g (and
  * g + 8 where ROWS16) at channels 32 G + 8 t4 .. + 7, the ring's sum on
  * the tensor cores (`ring` its A operand, `n` entries, none without RING),
- * the rest in fp32 from the stage, which still holds C.
- *   stage_row0: the warp's first row in the stage; C_row0: the same row in
- *   the head's checkpoint (global); ag, kv: alpha Gamma and k over K
- *   (shared); frk: the unit's flush fragments; d[i]: row g + 8 i's d. */
-template <int ST, int RT, bool RING, bool ROWS16>
-__device__ __forceinline__ void flush_rows(const uint8_t *stage, uint32_t stage_row0, uint8_t *C_row0, uint32_t K,
+ * the rest in fp32 from C, which load_c(i, G, c) gives for row g + 8 i and
+ * group G: from the stage, or from the registers the tensor-core readout
+ * loaded it into (its A operand is the same rows and channels), which
+ * spares the shared-memory pipe a second pass over the stage.
+ *   C_row0: the warp's first row in the head's checkpoint (global); ag, kv:
+ *   alpha Gamma and k over K (shared); frk: the unit's flush fragments;
+ *   d[i]: row g + 8 i's d. */
+template <int ST, int RT, bool RING, bool ROWS16, class LoadC>
+__device__ __forceinline__ void flush_rows(const LoadC &load_c, uint8_t *C_row0, uint32_t K,
                                            const uint32_t (&ring)[4], uint32_t n, const float *ag, const float *kv,
                                            const uint32_t *frk, const float (&d)[2])
 {
@@ -229,7 +232,7 @@ __device__ __forceinline__ void flush_rows(const uint8_t *stage, uint32_t stage_
         for (int i = 0; i < (ROWS16 ? 2 : 1); ++i) {
             const uint32_t row = g + 8u * (uint32_t)i;
             float c[8];
-            state8_load<ST>(stage + ((size_t)(stage_row0 + row) * K + c0) * SB, c);
+            load_c(i, G, c);
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 c[e] = c[e] * av[e] + (d[i] * kk[e] + acc[e / 2][2 * i + e % 2]);

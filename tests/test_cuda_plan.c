@@ -73,7 +73,7 @@ static uint32_t replay_mode(rssm_gate_kind gate, rssm_dtype state, rssm_dtype ri
 }
 
 /* The tensor-core rule (docs/design.md §8, "The tensor-core data path"):
- * the flush and the readout for GDN with a bf16 state and a 16-bit ring,
+ * the flush and the readout for a bf16 state with a 16-bit ring,
  * the FFMA kernels otherwise; RSSM_CUDA_TENSOR_CORES forces a mode where
  * the shape's ring fits its buffer. */
 static void test_bulk_mode(void **state)
@@ -84,7 +84,8 @@ static void test_bulk_mode(void **state)
     const rssm_kernel_params gdn = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 1, 256);
     assert_int_equal(rssm_cuda_bulk_mode(&gdn), 2);
     assert_int_equal(replay_mode(RSSM_GATE_GDN, BF16, F16), 2);
-    assert_int_equal(replay_mode(RSSM_GATE_KDA, BF16, BF16), 0);
+    assert_int_equal(replay_mode(RSSM_GATE_KDA, BF16, BF16), 2);
+    assert_int_equal(replay_mode(RSSM_GATE_KDA, BF16, F32), 0);
     assert_int_equal(replay_mode(RSSM_GATE_GDN, F32, BF16), 0);
     assert_int_equal(replay_mode(RSSM_GATE_GDN, BF16, F32), 0);
     const rssm_kernel_params packed = params_of(RSSM_GATE_GDN, BF16, BF16, 128, 0, 256);
