@@ -731,12 +731,9 @@ uint32_t bulk_stages(const rssm_kernel_params *p, int mode, int sm_count)
     uint32_t ns = (uint32_t)kStages;
     if (p->ring_cap == 0 && p->state_dtype == RSSM_CODE_DTYPE_BF16 && sm_count > 0 && sm_count <= 80)
         ns = most;
-    const char *env = getenv("RSSM_CUDA_BULK_STAGES");
-    if (env && *env) {
-        const long v = strtol(env, nullptr, 10);
-        if (v >= 1)
-            ns = (uint32_t)v;
-    }
+    uint32_t v = 0;
+    if (rssm_cuda_env_count("RSSM_CUDA_BULK_STAGES", most, &v) && v >= 1)
+        ns = v;
     return ns < most ? ns : most;
 }
 

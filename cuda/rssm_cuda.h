@@ -17,6 +17,7 @@
 #include <cuda_runtime_api.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -151,6 +152,24 @@ void rssm_cuda_stream_plan(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_prepare(rssm_cuda_plan *plan, const rssm_kernel_params *p);
 cudaError_t rssm_cuda_stream_launch(const rssm_kernel_params *p, const rssm_cuda_buffers *b,
                                     const rssm_cuda_plan *plan, cudaStream_t stream);
+
+/* A measuring switch's count (docs/h200.md): 1, with *value the number
+ * (at most `most`), where the environment variable `name` is a decimal
+ * number and nothing else; 0 where it is unset or anything else, which
+ * leaves the plan's rule in place. Every numeric RSSM_CUDA_* switch reads
+ * through it, so that they agree on what they accept. */
+static inline int rssm_cuda_env_count(const char *name, uint32_t most, uint32_t *value)
+{
+    const char *env = getenv(name);
+    if (!env || *env < '0' || *env > '9')
+        return 0;
+    char *end = NULL;
+    const unsigned long long v = strtoull(env, &end, 10);
+    if (!end || *end != '\0')
+        return 0;
+    *value = v > most ? most : (uint32_t)v;
+    return 1;
+}
 
 /* The bulk kernel's share (bulk_kernel.cu): K a multiple of 32 up to
  * RSSM_CUDA_MAX_HEAD_K, V a multiple of a stage's rows (32 fp32, 64 bf16

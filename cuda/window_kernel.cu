@@ -562,14 +562,9 @@ WindowFn fused_fn(const rssm_kernel_params *p) { return kFused[p->ring_dtype][st
  * sets it for measuring (0: never). */
 extern "C" uint32_t rssm_cuda_window_fused_budget(void)
 {
-    const char *env = getenv("RSSM_CUDA_WINDOW_FUSED");
-    if (env && *env) {
-        char *end = nullptr;
-        const unsigned long v = strtoul(env, &end, 10);
-        if (end && *end == '\0')
-            return v > 0xffffu ? 0xffffu : (uint32_t)v;
-    }
-    return 8u;
+    uint32_t v = 8u;
+    rssm_cuda_env_count("RSSM_CUDA_WINDOW_FUSED", 0xffffu, &v);
+    return v;
 }
 
 extern "C" int rssm_cuda_window_fused(const rssm_cuda_plan *plan, uint32_t rows, uint32_t t_max)

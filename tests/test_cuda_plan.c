@@ -129,6 +129,13 @@ static void test_bulk_stages(void **state)
     assert_int_equal(rssm_cuda_bulk_stages(&ring, 2, 132), 5);
     setenv("RSSM_CUDA_BULK_STAGES", "2", 1);
     assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 78), 2);
+    /* what is not a count leaves the rule, as for every RSSM_CUDA_* number */
+    setenv("RSSM_CUDA_BULK_STAGES", "2x", 1);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 78), 8);
+    setenv("RSSM_CUDA_BULK_STAGES", "-3", 1);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 132), 4);
+    setenv("RSSM_CUDA_BULK_STAGES", "0", 1);
+    assert_int_equal(rssm_cuda_bulk_stages(&bf16, 0, 78), 8);
     unsetenv("RSSM_CUDA_BULK_STAGES");
 }
 
@@ -160,6 +167,10 @@ static void test_window_fused(void **state)
     assert_false(rssm_cuda_window_fused(&pl, 1, 2));
     setenv("RSSM_CUDA_WINDOW_FUSED", "many", 1);
     assert_int_equal(rssm_cuda_window_fused_budget(), 8);
+    setenv("RSSM_CUDA_WINDOW_FUSED", "4 ", 1);
+    assert_int_equal(rssm_cuda_window_fused_budget(), 8);
+    setenv("RSSM_CUDA_WINDOW_FUSED", "99999999999999999999", 1);
+    assert_int_equal(rssm_cuda_window_fused_budget(), 0xffff);
     unsetenv("RSSM_CUDA_WINDOW_FUSED");
 }
 
