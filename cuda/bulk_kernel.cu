@@ -677,12 +677,13 @@ bool bulk_ring_fits(const rssm_kernel_params *p, int mode)
  * kernels otherwise. Measured with rssm bench on an H100, on all 132 SMs
  * and on 78 (bench/results/h100/notes.md, "The tensor-core data path" and
  * "The flush from the readout's registers"): with the flush taking C from
- * the readout's registers, a bf16 flush step takes 18-20% less than on
- * FFMA (27-35% at 78 SMs) and the replay cycle 1-6% less for GDN; KDA's
- * cycle gains 1-2% where its flush gains as much, its readout steps
- * taking 1-2% more (its coefficient warps, which also write the MMA
- * fragments, bind them). A 16-bit packed readout stays FFMA (2% longer on
- * the tensor cores on all SMs, even at 78), as does every fp32-state step
+ * the readout's registers, a bf16 flush step takes 10-19% less than on
+ * FFMA (27-35% at 78 SMs) and GDN's replay cycle 3-8% less; KDA's cycle
+ * 1.2-2.2% less at batch 256 and at 78 SMs, 1.6% more at batch 64 on all
+ * SMs, where its readout steps, up to 2.4% longer (its coefficient warps,
+ * which also write the MMA fragments, bind them), weigh more than its
+ * flush. A 16-bit packed readout stays FFMA (2% longer on the tensor
+ * cores on all SMs, level at 78), as does every fp32-state step
  * (1-4% longer: the FFMA consumers hold 8 rows a warp, so their ring sum's
  * m16 tiles are half filled). RSSM_CUDA_TENSOR_CORES=0, =flush or =1
  * forces a mode for measuring (docs/h200.md); a mode whose ring buffer the
