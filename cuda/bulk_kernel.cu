@@ -384,8 +384,8 @@ __device__ __forceinline__ void consume(const BArgs &a, const uint8_t *stage, co
         if (n > 0u)
             ring_operand<false>(co + C::FLOATS, V, v0, n, lane, ring);
         uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * Gm::SB;
-        const auto from_stage = [&](int, uint32_t G, float(&c)[8]) {
-            state8_load<ST>(stage + ((size_t)(row0 + (lane >> 2)) * K + 32u * G + 8u * (lane & 3u)) * Gm::SB, c);
+        const auto from_stage = [&](int, uint32_t, uint32_t row, uint32_t ch, float(&c)[8]) {
+            state8_load<ST>(stage + ((size_t)(row0 + row) * K + ch) * Gm::SB, c);
         };
         flush_rows<ST, RT, RING, false>(from_stage, Cr, K, ring, n, co + kCoAG, co + kCoKV,
                                         reinterpret_cast<const uint32_t *>(co + C::KG), {d_mine, 0.0f});
@@ -509,7 +509,9 @@ __device__ __forceinline__ void consume_tc(const BArgs &a, const uint8_t *stage,
     if (!flush)
         return;
     uint8_t *Cr = at_slot(L.ckpt, L.ckpt_slot, L.ckpt_head, m.slot, hv) + (size_t)v0 * K * sizeof(uint16_t);
-    const auto from_readout = [&](int i, uint32_t G, float(&c)[8]) { StateVec<ST, 8>::unpack(x[i][G], c); };
+    const auto from_readout = [&](int i, uint32_t G, uint32_t, uint32_t, float(&c)[8]) {
+        StateVec<ST, 8>::unpack(x[i][G], c);
+    };
     flush_rows<ST, RT, RING, true>(from_readout, Cr, K, ring, n, co + kCoAG, co + kCoKV,
                                    reinterpret_cast<const uint32_t *>(co + C::KG), d);
 }

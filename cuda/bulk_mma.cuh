@@ -192,10 +192,11 @@ template <int ST> __device__ __forceinline__ void state8_store(uint8_t *p, const
  * rounded to the state dtype ST and stored: lane (g, t4) takes row g (and
  * g + 8 where ROWS16) at channels 32 G + 8 t4 .. + 7, the ring's sum on
  * the tensor cores (`ring` its A operand, `n` entries, none without RING),
- * the rest in fp32 from C, which load_c(i, G, c) gives for row g + 8 i and
- * group G: from the stage, or from the registers the tensor-core readout
- * loaded it into (its A operand is the same rows and channels), which
- * spares the shared-memory pipe a second pass over the stage.
+ * the rest in fp32 from C, which load_c(i, G, row, c0, c) gives for row
+ * `row` = g + 8 i of the warp's and channels c0 = 32 G + 8 t4 .. + 7: from
+ * the stage, or from the registers the tensor-core readout loaded it into
+ * (its A operand is the same rows and channels), which spares the
+ * shared-memory pipe a second pass over the stage.
  *   C_row0: the warp's first row in the head's checkpoint (global); ag, kv:
  *   alpha Gamma and k over K (shared); frk: the unit's flush fragments;
  *   d[i]: row g + 8 i's d. */
@@ -232,7 +233,7 @@ __device__ __forceinline__ void flush_rows(const LoadC &load_c, uint8_t *C_row0,
         for (int i = 0; i < (ROWS16 ? 2 : 1); ++i) {
             const uint32_t row = g + 8u * (uint32_t)i;
             float c[8];
-            load_c(i, G, c);
+            load_c(i, G, row, c0, c);
 #pragma unroll
             for (int e = 0; e < 8; ++e)
                 c[e] = c[e] * av[e] + (d[i] * kk[e] + acc[e / 2][2 * i + e % 2]);
