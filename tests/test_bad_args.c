@@ -596,5 +596,5 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_table), cmocka_unit_test(test_non_status_calls),
                                        cmocka_unit_test(test_refused_create_clears_out)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN(tests);
 }

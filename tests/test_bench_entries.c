@@ -330,5 +330,5 @@ static void test_every_backend(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_every_backend)};
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN(tests);
 }

@@ -715,7 +715,7 @@ static void test_thread_count_does_not_change_bits(void **state)
         rh_rng_seed(&rng, SEED + 6, 0);
         assert_int_equal(setenv("RSSM_CPU_THREADS", counts[i], 1), 0);
         ts_env e;
-        ts_env_open(&e, "cpu", &m, ROWS, RSSM_FLUSH_STAGGERED, ROWS);
+        ts_env_open_own(&e, "cpu", &m, ROWS, RSSM_FLUSH_STAGGERED, ROWS); /* reads RSSM_CPU_THREADS */
         ts_env_alloc_random(&e, ROWS, &rng);
         ts_inputs in;
         ts_inputs_alloc(&in, &m, ROWS);
@@ -784,5 +784,5 @@ int main(void)
     };
     if (!variant_usable())
         return 77;
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN(tests);
 }

@@ -372,8 +372,7 @@ static void fp16_io_is_fp32_io_rounded(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_backend *b = ts_backend_shared(ts_backend());
     static const rssm_gate_kind kinds[2] = {RSSM_GATE_GDN, RSSM_GATE_KDA};
     for (int gk = 0; gk < 2; gk++) {
         rh_rng rng;
@@ -452,7 +451,6 @@ static void fp16_io_is_fp32_io_rounded(void **state)
         engine_close(&e32);
         engine_close(&e16);
     }
-    rssm_backend_destroy(&b);
 }
 
 /* Descriptions the library must refuse, each with its own message. */
@@ -685,13 +683,10 @@ static void record_verify_matches_cpu(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *vk = NULL, *cpu = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &vk, &err), &err);
-    if (strncmp(rssm_backend_name(vk), "vulkan", 6) != 0) {
-        rssm_backend_destroy(&vk);
+    rssm_backend *vk = ts_backend_shared(ts_backend());
+    if (strncmp(rssm_backend_name(vk), "vulkan", 6) != 0)
         skip();
-    }
-    TS_OK(rssm_backend_create("cpu", &cpu, &err), &err);
+    rssm_backend *cpu = ts_backend_shared("cpu");
     rh_rng rng;
     rh_rng_seed(&rng, SEED + 123, 0);
     static const rssm_gate_kind kinds[2] = {RSSM_GATE_GDN, RSSM_GATE_KDA};
@@ -793,16 +788,13 @@ static void record_verify_matches_cpu(void **state)
                 rssm_layer_destroy(&lv);
                 rssm_layer_destroy(&lc);
             }
-    rssm_backend_destroy(&cpu);
-    rssm_backend_destroy(&vk);
 }
 
 static void bad_descriptions(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_backend *b = ts_backend_shared(ts_backend());
     const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
     const size_t HV = m.num_v_heads, K = m.head_k, V = m.head_v;
     rssm_layer_desc d = {.model = m, .max_rows = 4, .slots = SLOTS};
@@ -852,7 +844,6 @@ static void bad_descriptions(void **state)
     x.slots = 0;
     TS_EXPECT(rssm_layer_create(b, &x, &l, &err), RSSM_ERR_INVALID_ARGUMENT, &err);
     assert_null(l);
-    rssm_backend_destroy(&b);
 }
 
 /* Runs that must be refused before anything is touched. */
@@ -942,8 +933,7 @@ static void padding_conventions(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_backend *b = ts_backend_shared(ts_backend());
     rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
     m.gate_mode = RSSM_GATE_PRECOMPUTED;
     const size_t HV = m.num_v_heads, V = m.head_v;
@@ -1001,7 +991,6 @@ static void padding_conventions(void **state)
     assert_int_equal(rssm_layer_create(b, &d, &l, &err), RSSM_ERR_INVALID_ARGUMENT);
     assert_null(l);
     assert_non_null(strstr(err.message, "padding"));
-    rssm_backend_destroy(&b);
 }
 
 /* The advance: flush rows (full ring, or forced) go to 0, the others one
@@ -1010,8 +999,7 @@ static void advance_rule(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_backend *b = ts_backend_shared(ts_backend());
     const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
     rssm_layer_desc d = {.model = m, .max_rows = 5, .slots = SLOTS};
     rssm_layer *l = NULL;
@@ -1043,7 +1031,6 @@ static void advance_rule(void **state)
     assert_memory_equal(cursor, want_packed, sizeof want_packed);
     rssm_layer_destroy(&l);
     lm_close(mem);
-    rssm_backend_destroy(&b);
 }
 
 /* The whole pool's bytes (state and rings), to see that a refused call
@@ -1087,8 +1074,7 @@ static void aliased_tensors(void **state)
 {
     (void)state;
     rssm_error err;
-    rssm_backend *b = NULL;
-    TS_OK(rssm_backend_create(ts_backend(), &b, &err), &err);
+    rssm_backend *b = ts_backend_shared(ts_backend());
     const rssm_model m = ts_small_model(RSSM_GATE_GDN, 1, L);
     const size_t H = m.num_qk_heads, HV = m.num_v_heads, K = m.head_k, V = m.head_v;
     engine e;
@@ -1185,7 +1171,6 @@ static void aliased_tensors(void **state)
     rssm_layer_destroy(&paged);
     rssm_layer_destroy(&l);
     engine_close(&e);
-    rssm_backend_destroy(&b);
 }
 
 int main(void)

@@ -154,5 +154,5 @@ int main(void)
         cmocka_unit_test(test_destroy_orders_all),
         cmocka_unit_test(test_one_pool_many_threads),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN(tests);
 }

@@ -4,6 +4,7 @@
 #include "dtype.h"
 
 #include <math.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,23 +249,83 @@ int ts_backend_usable(void)
     exit(1);
 }
 
-void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
-                 rssm_flush_policy policy, uint32_t max_rows)
+/* The program's backends by name (ts_env_open): test code's own state, in
+ * one thread (the threads of test_lifetime use a pool opened before them). */
+enum { TS_SHARED_MAX = 8 };
+static struct ts_shared {
+    char name[64];
+    rssm_backend *backend;
+} ts_shared[TS_SHARED_MAX];
+static size_t ts_shared_count;
+
+int ts_release_backends(void **state)
+{
+    (void)state;
+    for (size_t i = 0; i < ts_shared_count; i++)
+        rssm_backend_destroy(&ts_shared[i].backend);
+    ts_shared_count = 0;
+    return 0;
+}
+
+static bool ts_is_shared(const rssm_backend *b)
+{
+    for (size_t i = 0; i < ts_shared_count; i++)
+        if (ts_shared[i].backend == b)
+            return true;
+    return false;
+}
+
+rssm_backend *ts_backend_shared(const char *name)
+{
+    for (size_t i = 0; i < ts_shared_count; i++)
+        if (strcmp(ts_shared[i].name, name) == 0)
+            return ts_shared[i].backend;
+    if (ts_shared_count == TS_SHARED_MAX || strlen(name) >= sizeof ts_shared[0].name)
+        fail_msg("ts_backend_shared: more backends, or a longer name, than the tests' table holds: %s", name);
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(name, &b, &err), &err);
+    struct ts_shared *s = &ts_shared[ts_shared_count++];
+    strcpy(s->name, name);
+    s->backend = b;
+    return b;
+}
+
+static void ts_env_open_on(ts_env *e, rssm_backend *b, const rssm_model *m, uint32_t slots,
+                           rssm_flush_policy policy, uint32_t max_rows)
 {
     rssm_error err;
     memset(e, 0, sizeof *e);
     e->model = *m;
-    TS_OK(rssm_backend_create(backend, &e->backend, &err), &err);
+    e->backend = b;
     TS_OK(rssm_pool_create(e->backend, m, slots, policy, &e->pool, &err), &err);
     if (max_rows)
         TS_OK(rssm_batch_create(e->pool, max_rows, &e->batch, &err), &err);
+}
+
+void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
+                 rssm_flush_policy policy, uint32_t max_rows)
+{
+    ts_env_open_on(e, ts_backend_shared(backend), m, slots, policy, max_rows);
+}
+
+void ts_env_open_own(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
+                     rssm_flush_policy policy, uint32_t max_rows)
+{
+    rssm_error err;
+    rssm_backend *b = NULL;
+    TS_OK(rssm_backend_create(backend, &b, &err), &err);
+    ts_env_open_on(e, b, m, slots, policy, max_rows);
 }
 
 void ts_env_close(ts_env *e)
 {
     rssm_batch_destroy(&e->batch);
     rssm_pool_destroy(&e->pool);
-    rssm_backend_destroy(&e->backend);
+    if (ts_is_shared(e->backend))
+        e->backend = NULL;
+    else
+        rssm_backend_destroy(&e->backend);
 }
 
 void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r)

@@ -137,19 +137,37 @@ const char *ts_backend(void);
  * because RSSM_REQUIRE_BACKENDS does not name it. A required backend that
  * does not start fails the test. */
 int ts_backend_usable(void);
-#define TS_RUN_ON_BACKEND(tests)                                                   \
-    (ts_backend_usable() ? (ts_filter_tests(), cmocka_run_group_tests(tests, NULL, NULL)) : 77)
+#define TS_RUN_ON_BACKEND(tests) (ts_backend_usable() ? (ts_filter_tests(), TS_RUN(tests)) : 77)
 
 /* Runs only the tests whose names match RSSM_TEST_FILTER (cmocka's
  * wildcards), where it is set: a second ctest entry of a file under other
  * settings that only some of its tests exercise. */
 void ts_filter_tests(void);
 
-/* Opens `backend` (ts_backend()), a pool of `slots` slots and a batch of
- * `max_rows` rows (0: no batch). */
+/* A pool of `slots` slots and a batch of `max_rows` rows (0: no batch) on
+ * the program's one backend of that name (ts_backend()), made at its first
+ * use and destroyed at exit, as an engine keeps one backend: pipelines are
+ * the backend's (vk/vk_shared.c), and creating them again for every case
+ * was most of a Vulkan test's time with the validation layer on
+ * (docs/testing.md). ts_env_open_own makes a backend for the environment
+ * alone, for a case about a backend's own life or settings (its pipeline
+ * cache, a variable it reads when it starts, a cap of multiprocessors).
+ * ts_env_close destroys the backend only where the environment owns it. */
 void ts_env_open(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
                  rssm_flush_policy policy, uint32_t max_rows);
+void ts_env_open_own(ts_env *e, const char *backend, const rssm_model *m, uint32_t slots,
+                     rssm_flush_policy policy, uint32_t max_rows);
 void ts_env_close(ts_env *e);
+/* The program's one backend of that name, as ts_env_open uses it: never
+ * destroyed by the caller. */
+rssm_backend *ts_backend_shared(const char *name);
+/* Destroys the program's backends: the group teardown of TS_RUN, while the
+ * Vulkan loader and layers are whole (at exit the validation layer's own
+ * objects may be gone before an exit handler of the program's runs). A
+ * program that opens environments and runs its tests otherwise leaks them,
+ * which the sanitizer build reports. */
+int ts_release_backends(void **state);
+#define TS_RUN(tests) cmocka_run_group_tests(tests, NULL, ts_release_backends)
 
 /* One rssm_batch_step; `out` (ts_out_elems(rows) in the io dtype) is
  * poisoned first and must come back fully written. */

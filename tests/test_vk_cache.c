@@ -70,7 +70,7 @@ static void decode_once(char *cache_line, size_t size)
 {
     const rssm_model m = ts_small_model(RSSM_GATE_GDN, 2, 4);
     ts_env e;
-    ts_env_open(&e, BACKEND, &m, 1, RSSM_FLUSH_ALIGNED, 0);
+    ts_env_open_own(&e, BACKEND, &m, 1, RSSM_FLUSH_ALIGNED, 0);
     if (cache_line)
         describe_cache(e.backend, cache_line, size);
     rssm_error err;
@@ -161,7 +161,7 @@ static void test_unusable_directory(void **state)
     decode_once(NULL, 0); /* still decodes */
     const rssm_model m = ts_small_model(RSSM_GATE_KDA, 1, 2);
     ts_env e;
-    ts_env_open(&e, BACKEND, &m, 1, RSSM_FLUSH_ALIGNED, 1); /* a batch: a pipeline, a failed write */
+    ts_env_open_own(&e, BACKEND, &m, 1, RSSM_FLUSH_ALIGNED, 1); /* a batch: a pipeline, a failed write */
     describe_cache(e.backend, line, sizeof line);
     ts_env_close(&e);
     setenv("RSSM_VK_PIPELINE_CACHE", g_dir, 1);
@@ -199,5 +199,5 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_unusable_directory, setup, teardown),
         cmocka_unit_test_setup_teardown(test_off, setup, teardown),
     };
-    return cmocka_run_group_tests(tests, NULL, NULL);
+    return TS_RUN(tests);
 }
