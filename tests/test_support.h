@@ -146,7 +146,7 @@ void ts_filter_tests(void);
 
 /* A pool of `slots` slots and a batch of `max_rows` rows (0: no batch) on
  * the program's one backend of that name (ts_backend()), made at its first
- * use and destroyed at exit, as an engine keeps one backend: pipelines are
+ * use and destroyed by TS_RUN, as an engine keeps one backend: pipelines are
  * the backend's (vk/vk_shared.c), and creating them again for every case
  * was most of a Vulkan test's time with the validation layer on
  * (docs/testing.md). ts_env_open_own makes a backend for the environment
@@ -162,10 +162,10 @@ void ts_env_close(ts_env *e);
  * destroyed by the caller. */
 rssm_backend *ts_backend_shared(const char *name);
 /* Destroys the program's backends: the group teardown of TS_RUN, while the
- * Vulkan loader and layers are whole (at exit the validation layer's own
- * objects may be gone before an exit handler of the program's runs). A
- * program that opens environments and runs its tests otherwise leaks them,
- * which the sanitizer build reports. */
+ * Vulkan loader and layers are whole (an exit handler of the program's ran
+ * after the validation layer had destroyed its own objects, and crashed in
+ * it). A program that opens environments must run its tests through TS_RUN
+ * or TS_RUN_ON_BACKEND, or its backends are never destroyed. */
 int ts_release_backends(void **state);
 #define TS_RUN(tests) cmocka_run_group_tests(tests, NULL, ts_release_backends)
 
