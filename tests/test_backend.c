@@ -176,6 +176,16 @@ static void test_every_backend_starts_or_is_unavailable(void **state)
         TS_OK(rssm_backend_copy_bandwidth(b, (size_t)160 << 20, &bw, &err), &err);
         assert_true(bw > 0 && bw < 1e15);
         print_message("[  INFO    ] backend %s: %s\n", full, rssm_backend_device(b));
+        if (strncmp(full, "vulkan", 6) == 0) {
+            /* What a device offers for 16-bit arithmetic, said either way. */
+            char buf[4096];
+            TS_OK(rssm_backend_describe(b, buf, sizeof buf, &err), &err);
+            const char *at = strstr(buf, "16-bit arithmetic: shaderFloat16 ");
+            if (!at || !(strstr(at, "VK_KHR_shader_bfloat16 offered") || strstr(at, "VK_KHR_shader_bfloat16 not offered")))
+                fail_msg("backend %s: no 16-bit arithmetic line in its description:\n%s", full, buf);
+            at += strlen("16-bit arithmetic: shaderFloat16 ");
+            assert_true(strncmp(at, "yes,", 4) == 0 || strncmp(at, "no,", 3) == 0);
+        }
         rssm_backend_destroy(&b);
         assert_null(b);
     }

@@ -315,6 +315,8 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
     bool coopmat_ext = has_extension(exts, next, VK_KHR_COOPERATIVE_MATRIX_EXTENSION_NAME);
     bool stats_ext = has_extension(exts, next, VK_KHR_PIPELINE_EXECUTABLE_PROPERTIES_EXTENSION_NAME);
     bool push_ext = has_extension(exts, next, VK_KHR_PUSH_DESCRIPTOR_EXTENSION_NAME);
+    /* By name: the headers of Debian 12 predate the extension. */
+    ctx->bfloat16_ext = has_extension(exts, next, "VK_KHR_shader_bfloat16");
     free(exts);
 
     VkPhysicalDeviceCooperativeMatrixFeaturesKHR cm_f = {
@@ -341,6 +343,7 @@ static rssm_status create_device(vk_ctx *ctx, rssm_error *err)
         return rssm_set_error(err, RSSM_ERR_UNAVAILABLE, "vulkan: subgroup size %u is not usable",
                               ctx->subgroup_size);
 
+    ctx->float16_arith = f12.shaderFloat16;
     read_coopmat(ctx, coopmat_ext && cm_f.cooperativeMatrix && f12.shaderFloat16 && f12.vulkanMemoryModel);
 #ifndef RSSM_VK_HAVE_CM_SPIRV
     if (ctx->device_coopmat) {
@@ -601,13 +604,15 @@ void vk_describe(vk_ctx *ctx, char *buf, size_t size)
              "kernels: %s\n"
              "subgroup size: %u (%s)\n"
              "cooperative matrix: %s\n"
+             "16-bit arithmetic: shaderFloat16 %s, VK_KHR_shader_bfloat16 %s (the kernels widen 16-bit data to fp32)\n"
              "shared memory: %u bytes per workgroup\n"
              "timestamps: %s\n"
              "pipeline cache: %s\n"
              "validation: %s\n",
              kernels_name(ctx), ctx->subgroup_size,
              ctx->subgroup_size_control ? "required per pipeline" : "device default",
-             ctx->coopmat_note, ctx->props.limits.maxComputeSharedMemorySize,
+             ctx->coopmat_note, ctx->float16_arith ? "yes" : "no", ctx->bfloat16_ext ? "offered" : "not offered",
+             ctx->props.limits.maxComputeSharedMemorySize,
              ctx->timestamp_bits ? "yes" : "no (wall clock)", note,
              ctx->validation ? "VK_LAYER_KHRONOS_validation (RSSM_VK_VALIDATION=1: any message fails)" : "off");
 }

@@ -109,6 +109,8 @@ typedef struct vk_ctx {
     bool device_coopmat;       /* the device offers fp16 x fp16 -> fp32 tiles */
     uint32_t tile_m, tile_n, tile_k;   /* tile shape the `_cm` kernels use */
     char coopmat_note[160];    /* why coopmat is off, or its shapes */
+    bool float16_arith;        /* shaderFloat16, which `rssm info` reports (the kernels do not use it) */
+    bool bfloat16_ext;         /* VK_KHR_shader_bfloat16 offered, likewise */
 
     /* The queue and transfer_cmd are shared by every pool and batch of this
      * backend, which rssm.h lets callers use from different threads. */
