@@ -27,17 +27,13 @@ static void run(ts_env *e, int poison, field f, float bad, float *outs, float *s
     const rssm_model *m = &e->model;
     rh_rng r;
     rh_rng_seed(&r, 0x5eed, 0);
-    rssm_error err;
-    for (uint32_t s = 0; s < ROWS; s++) {
-        float *st = ts_random_state(m, &r);
-        TS_OK(rssm_pool_write_state(e->pool, s, st, &err), &err);
-        free(st);
-    }
+    ts_env_write_random(e, ROWS, &r);
     ts_inputs in;
     ts_inputs_alloc(&in, m, ROWS);
     const uint32_t slots[ROWS] = {0, 1, 2};
     uint64_t seq[ROWS] = {10, 11, 12};
     const size_t nout = ts_out_elems(m, ROWS);
+    rssm_error err;
     for (int step = 0; step < STEPS; step++) {
         ts_inputs_random(&in, &r);
         if (poison && step == 3) {
@@ -72,11 +68,9 @@ static void check_backend(const char *backend, rssm_gate_kind kind)
     assert_non_null(out);
     ts_env e;
     ts_env_open(&e, backend, &m, ROWS, RSSM_FLUSH_ALIGNED, ROWS);
-    for (uint32_t s = 0; s < ROWS; s++) {
-        uint32_t slot = UINT32_MAX;
-        rssm_error err;
-        TS_OK(rssm_pool_alloc(e.pool, &slot, &err), &err);
-    }
+    rh_rng r;
+    rh_rng_seed(&r, 0x5eed, 0);
+    ts_env_alloc_random(&e, ROWS, &r); /* run() writes the states again */
     run(&e, 0, F_GATE, 0.0f, ref_out, ref_st);
     static const float bads[] = {NAN, INFINITY, -INFINITY};
     for (int f = 0; f < F_COUNT; f++) {

@@ -328,6 +328,16 @@ void ts_env_close(ts_env *e)
         rssm_backend_destroy(&e->backend);
 }
 
+void ts_env_write_random(ts_env *e, uint32_t n, rh_rng *r)
+{
+    rssm_error err;
+    for (uint32_t slot = 0; slot < n; slot++) {
+        float *s = ts_random_state(&e->model, r);
+        TS_OK(rssm_pool_write_state(e->pool, slot, s, &err), &err);
+        free(s);
+    }
+}
+
 void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r)
 {
     rssm_error err;
@@ -335,10 +345,8 @@ void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r)
         uint32_t slot = UINT32_MAX;
         TS_OK(rssm_pool_alloc(e->pool, &slot, &err), &err);
         assert_int_equal(slot, i);
-        float *s = ts_random_state(&e->model, r);
-        TS_OK(rssm_pool_write_state(e->pool, slot, s, &err), &err);
-        free(s);
     }
+    ts_env_write_random(e, n, r);
 }
 
 void ts_step(ts_env *e, uint32_t rows, const uint32_t *slots, const uint64_t *seq_len_after,

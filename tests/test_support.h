@@ -176,6 +176,9 @@ void ts_step(ts_env *e, uint32_t rows, const uint32_t *slots, const uint64_t *se
 
 /* Allocates `n` slots, expecting 0, 1, ..., n-1, each with a random state. */
 void ts_env_alloc_random(ts_env *e, uint32_t n, rh_rng *r);
+/* Writes a random state into slots 0 .. n-1, already allocated, in the
+ * order ts_env_alloc_random does (rssm_pool_write_state: their rings empty). */
+void ts_env_write_random(ts_env *e, uint32_t n, rh_rng *r);
 
 /* Snapshot of every allocated slot (write_pos and true state) of a pool,
  * to prove that a failed call changed nothing. */
